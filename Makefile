@@ -1,0 +1,34 @@
+# Every target does its own set-up: a fresh clone needs only Python 3.11, Java 17 and Maven.
+PY ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: setup jars test test-unit demo bench clean
+
+setup: $(STAMP) jars
+
+$(STAMP): pyproject.toml requirements.lock
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -c requirements.lock -e '.[spark,test]'
+	touch $@
+
+# Resolves Delta, Spark's Kafka connector and the Kafka broker from Maven Central once.
+jars: $(STAMP)
+	$(BIN)/python -m ingest.jars
+
+test: setup
+	$(BIN)/python -m pytest tests
+
+test-unit: $(STAMP)
+	$(BIN)/python -m pytest tests/unit -q
+
+demo: setup
+	$(BIN)/python -m ingest demo
+
+bench: setup
+	bench/run --quick
+
+clean:
+	rm -rf $(VENV) .ingest .pytest_cache

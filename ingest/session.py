@@ -1,0 +1,97 @@
+"""SparkSession set-up: Delta, Spark's Kafka connector, and where their jars come from.
+
+`configure_builder` takes a builder and returns it configured, in the style of
+delta-spark's `configure_spark_with_delta_pip`. `get_session` reuses a session
+that already exists (Databricks, a notebook, spark-submit) with its settings
+as they are, and otherwise builds one. Nothing here runs at import time.
+
+Jars (`INGEST_JARS`):
+  cache (default)   resolve once with Maven into the cache folder, then `spark.jars`
+  packages          Spark's own `spark.jars.packages` (Ivy) resolution
+  none              add nothing: Databricks, or `spark-submit --jars/--packages`
+  <a folder>        every jar in that folder (air-gapped clusters)
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ingest import jars
+from ingest.errors import IngestError
+
+DELTA_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+
+LOCAL_DEFAULTS = {
+    "spark.sql.shuffle.partitions": "4",
+    "spark.driver.memory": "2g",
+    "spark.ui.showConsoleProgress": "false",
+    # Kafka's consumer logs every assignment at INFO; keep the console for our lines
+    "spark.driver.extraJavaOptions": "-Dlog4j2.level=warn",
+}
+
+
+class SessionError(IngestError):
+    """The SparkSession could not be configured."""
+
+
+def on_databricks() -> bool:
+    return "DATABRICKS_RUNTIME_VERSION" in os.environ
+
+
+def under_spark_submit() -> bool:
+    """spark-submit launches the Python driver with a gateway already up."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def jar_mode() -> str:
+    default = "none" if on_databricks() or under_spark_submit() else "cache"
+    return os.environ.get("INGEST_JARS", default)
+
+
+def jar_conf(mode: str | None = None) -> dict[str, str]:
+    """The Spark settings that bring Delta and the Kafka connector for a jar mode."""
+    mode = mode or jar_mode()
+    if mode == "none":
+        return {}
+    if mode == "packages":
+        return {"spark.jars.packages": ",".join(a.coordinate for a in jars.spark_artifacts())}
+    if mode == "cache":
+        return {"spark.jars": ",".join(str(p) for p in jars.resolve_spark_jars())}
+    folder = Path(mode)
+    found = sorted(folder.glob("*.jar")) if folder.is_dir() else []
+    if not found:
+        raise SessionError(
+            f"INGEST_JARS={mode!r} is neither cache, packages, none nor a folder with jars"
+        )
+    return {"spark.jars": ",".join(str(p) for p in found)}
+
+
+def configure_builder(builder, extra_conf: dict[str, str] | None = None, mode: str | None = None):
+    """Return `builder` set up for Delta and Kafka; `extra_conf` wins over defaults."""
+    settings = {**DELTA_CONF, **jar_conf(mode), **(extra_conf or {})}
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    return builder
+
+
+def get_session(app_name: str = "ingest", conf: dict[str, str] | None = None,
+                master: str | None = None):
+    """The active SparkSession if there is one (used as is), else a new configured one."""
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    builder = SparkSession.builder.appName(app_name)
+    conf = dict(conf or {})
+    if not (on_databricks() or under_spark_submit()):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        conf = {**LOCAL_DEFAULTS, **conf}
+        builder = builder.master(master or conf.pop("spark.master", "local[*]"))
+    session = configure_builder(builder, conf).getOrCreate()
+    session.sparkContext.setLogLevel("WARN")
+    return session

@@ -1,0 +1,122 @@
+"""The pipeline contract (pipeline-spec.md) as typed, frozen values.
+
+No I/O and no Spark here: `spec_loader` builds these from YAML, everything else
+reads them. Defaults below are the contract's defaults.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+FORMATS = ("json", "string", "bytes")
+MODES = ("insert_only", "upsert")
+ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
+UID_KINDS = ("header", "field", "fields", "coordinates")
+
+
+def frozen_map(items: Mapping | None = None) -> Mapping:
+    """A read-only mapping, so a spec value cannot be changed after loading."""
+    return MappingProxyType(dict(items or {}))
+
+
+@dataclass(frozen=True)
+class KafkaSource:
+    bootstrap_servers: str
+    topics: tuple[str, ...] = ()
+    pattern: str | None = None
+    # "earliest" | "latest" | {topic: {partition: offset}}; applies to a new checkpoint only
+    starting_offsets: str | Mapping[str, Mapping[int, int]] = "earliest"
+    max_offsets_per_trigger: int | None = None
+    isolation_level: str = "read_committed"
+    allow_data_loss: bool = False
+    # passed through to Spark as kafka.<key>; may hold secrets (masked on output)
+    options: Mapping[str, str] = field(default_factory=frozen_map)
+
+
+@dataclass(frozen=True)
+class Source:
+    kafka: KafkaSource
+    format: str = "json"
+    schema: str | None = None  # Spark DDL; required for json
+
+
+@dataclass(frozen=True)
+class Transform:
+    select: tuple[str, ...] = ("*",)
+    where: str | None = None
+
+
+@dataclass(frozen=True)
+class Uid:
+    header: str | None = None
+    field: str | None = None
+    fields: tuple[str, ...] = ()
+    coordinates: bool = False
+
+    @property
+    def kind(self) -> str:
+        if self.header is not None:
+            return "header"
+        if self.field is not None:
+            return "field"
+        if self.fields:
+            return "fields"
+        return "coordinates"
+
+
+@dataclass(frozen=True)
+class DedupHorizon:
+    column: str
+    within: str  # as written, e.g. "1 hour"
+    within_seconds: int
+
+
+@dataclass(frozen=True)
+class Target:
+    path: str | None = None
+    table: str | None = None  # catalog name, e.g. main.sales.orders
+    mode: str = "insert_only"
+    order_by: str | None = None  # upsert only
+    partition_by: tuple[str, ...] = ()
+    cluster_by: tuple[str, ...] = ()
+    dedup_horizon: DedupHorizon | None = None
+
+    @property
+    def location(self) -> str:
+        """Path or table name, for messages."""
+        return self.path or self.table or ""
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    path: str | None = None
+    table: str | None = None
+
+    @property
+    def location(self) -> str:
+        return self.path or self.table or ""
+
+
+@dataclass(frozen=True)
+class Trigger:
+    available_now: bool = True
+    processing_time: str | None = None
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    name: str
+    source: Source
+    uid: Uid
+    target: Target
+    checkpoint: str
+    dead_letter: DeadLetter
+    transform: Transform | None = None
+    trigger: Trigger = Trigger()
+    spark_conf: Mapping[str, str] = field(default_factory=frozen_map)
+    # where it was declared, for messages
+    source_file: str | None = None
+    # resolved values that must never be printed (from secret variables or secret keys)
+    secret_values: frozenset[str] = field(default=frozenset(), repr=False, compare=False)

@@ -1,0 +1,60 @@
+"""One SparkSession and one Kafka broker per test session; a fresh topic and tmp_path per test."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass
+
+import pytest
+
+TEST_SPARK_CONF = {
+    "spark.sql.shuffle.partitions": "2",
+    "spark.default.parallelism": "2",
+    "spark.ui.enabled": "false",
+    "spark.sql.streaming.stopTimeout": "30s",
+    # Delta checks each commit's files against the log: keep the local test tables small and quick
+    "spark.databricks.delta.snapshotPartitions": "2",
+}
+
+
+@dataclass
+class ExternalKafka:
+    """A broker the user started: tests use it when KAFKA_BOOTSTRAP is set."""
+
+    bootstrap: str
+
+    def client_config(self) -> dict[str, str]:
+        return {"bootstrap.servers": self.bootstrap}
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from ingest.session import get_session
+
+    session = get_session("ingest-tests", conf=TEST_SPARK_CONF, master="local[2]")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka(tmp_path_factory):
+    if os.environ.get("KAFKA_BOOTSTRAP"):
+        yield ExternalKafka(os.environ["KAFKA_BOOTSTRAP"])
+        return
+    from ingest.local_kafka import LocalKafka
+
+    broker = LocalKafka(work_dir=tmp_path_factory.mktemp("kafka"))
+    broker.start()
+    yield broker
+    broker.close()
+
+
+@pytest.fixture
+def topic(kafka, request):
+    """A new topic with 2 partitions, named after the test."""
+    from ingest.local_kafka import create_topic
+
+    name = f"{request.node.name[:40]}-{uuid.uuid4().hex[:8]}".replace("[", "-").replace("]", "")
+    create_topic(kafka.client_config(), name, partitions=2)
+    return name
