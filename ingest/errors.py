@@ -4,6 +4,10 @@ Retriable is a marker: only errors that carry it may be retried, in one place.
 Anything else, including an exception we do not know, is fatal.
 """
 
+from __future__ import annotations
+
+from dataclasses import dataclass
+
 
 class IngestError(Exception):
     """Base of every error `ingest` raises on purpose."""
@@ -11,3 +15,78 @@ class IngestError(Exception):
 
 class Retriable:
     """Marker mixin: the operation may succeed if tried again as is."""
+
+
+# Stable problem codes: tests, docs/spec-errors.md and users' scripts key on
+# them, so a code is never renamed; new ones may be added.
+PROBLEM_CODES = {
+    "unreadable_file": "the file cannot be read",
+    "yaml_syntax": "the text is not valid YAML",
+    "yaml_tag": "an explicit YAML tag (only plain YAML is loaded)",
+    "duplicate_key": "a key given twice in one mapping",
+    "unknown_key": "a key the contract does not define",
+    "missing_key": "a required key is absent",
+    "wrong_type": "a value of the wrong YAML type",
+    "yaml_boolean": "an unquoted yes/no/on/off read as a boolean where text was expected",
+    "yaml_date": "an unquoted date read as a date where text was expected",
+    "bad_enum": "a value outside a fixed set of choices",
+    "bad_name": "a pipeline name outside [a-z][a-z0-9_]*",
+    "bad_duration": "a duration that is not '<number> <unit>'",
+    "bad_value": "a value of the right type that is not allowed",
+    "bad_offsets": "a starting_offsets map that is not {topic: {partition: offset}}",
+    "reserved_option": "a Kafka option that ingest sets itself",
+    "exclusive_keys": "two keys that exclude each other are both given",
+    "uid_rules": "not exactly one uid rule",
+    "order_by_rules": "order_by without upsert, or upsert without order_by",
+    "schema_rules": "schema missing for json, or given for another format",
+    "bad_column": "a column that is not in the payload, or of the wrong type",
+    "bad_variable": "a malformed ${...} reference",
+    "missing_variable": "a ${VAR} with no value in any place looked in",
+    "unknown_env": "no conf/<env>.yaml for the selected environment",
+    "duplicate_name": "two pipelines share a name or a checkpoint",
+    "bad_ddl": "source.schema is not a Spark DDL schema",
+    "bad_sql": "a transform expression Spark cannot parse or resolve",
+    "coordinates_uid": "warning: a uid from Kafka coordinates is only safe with idempotent producers",
+}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a spec: where (file, line, key path), what, and what was expected."""
+
+    code: str
+    path: str  # dotted key path, e.g. "target.mode" or "transform.select[1]"; "" for the file
+    message: str  # "what is wrong; expected what"
+    line: int | None = None  # 1-based
+    file: str | None = None
+    context: str = ""  # extra lines shown under the message (YAML syntax errors)
+    warning: bool = False
+
+    def __post_init__(self):
+        if self.code not in PROBLEM_CODES:
+            raise ValueError(f"unknown problem code {self.code!r}")
+
+    def render(self) -> str:
+        where = ":".join(str(part) for part in (self.file, self.line) if part is not None)
+        parts = [part for part in (where, self.path) if part]
+        head = ": ".join(parts + [("warning: " if self.warning else "") + self.message])
+        return head + ("\n" + self.context if self.context else "")
+
+
+class SpecError(IngestError):
+    """A pipeline spec (or its conf) is not valid: bad input, exit code 2."""
+
+
+class SpecErrors(SpecError):
+    """Every problem found in one spec, sorted by line; messages are already masked."""
+
+    def __init__(self, problems):
+        self.problems = tuple(sorted(problems, key=problem_order))
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        return "\n".join(problem.render() for problem in self.problems)
+
+
+def problem_order(problem: Problem):
+    return (problem.file or "", problem.line or 0, problem.path)
