@@ -1,0 +1,90 @@
+"""Fault points: the batch path kills its own process hard at a named point.
+
+For testing exactly-once, ours and users' own deployments:
+
+    INGEST_FAULT=after_target_commit:batch=3
+    INGEST_FAULT=during_merge:batch=2:after_ms=400
+
+Points: before_dead_letter, after_dead_letter, during_merge, after_target_commit.
+`batch=N` picks the batch (default: the first one to reach the point). The
+driver JVM is killed with SIGKILL, then this process: no cleanup runs, as in a
+real crash. Read once at start; with INGEST_FAULT unset a point is one `is None`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator
+
+from ingest.errors import IngestError
+
+POINTS = ("before_dead_letter", "after_dead_letter", "during_merge", "after_target_commit")
+
+
+class FaultSpecError(IngestError):
+    """INGEST_FAULT is not of the documented form."""
+
+
+@dataclass(frozen=True)
+class Fault:
+    point: str
+    batch: int | None = None
+    after_ms: int = 300
+
+
+def parse(text: str | None) -> Fault | None:
+    if not text:
+        return None
+    name, *params = text.strip().split(":")
+    if name not in POINTS:
+        raise FaultSpecError(f"INGEST_FAULT: unknown point {name!r}; expected one of {', '.join(POINTS)}")
+    values = {}
+    for param in params:
+        key, _, value = param.partition("=")
+        if key not in ("batch", "after_ms") or not value.isdigit():
+            raise FaultSpecError(f"INGEST_FAULT: {param!r} is not batch=N or after_ms=N")
+        values[key] = int(value)
+    return Fault(name, **values)
+
+
+_FAULT = parse(os.environ.get("INGEST_FAULT"))
+_jvm_pid: int | None = None
+
+
+def arm(spark) -> None:
+    """Remember the driver JVM, so a crash takes it down too (it would finish a commit)."""
+    global _jvm_pid
+    if _FAULT is not None:
+        _jvm_pid = int(spark._jvm.java.lang.ProcessHandle.current().pid())
+
+
+def _crash() -> None:
+    if _jvm_pid is not None:
+        os.kill(_jvm_pid, signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _due(point: str, batch_id: int) -> bool:
+    return _FAULT.point == point and (_FAULT.batch is None or _FAULT.batch == batch_id)
+
+
+def point(name: str, batch_id: int) -> None:
+    if _FAULT is not None and _due(name, batch_id):
+        _crash()
+
+
+@contextmanager
+def during(name: str, batch_id: int) -> Iterator[None]:
+    """Crash `after_ms` into the block, while it is still running."""
+    if _FAULT is None or not _due(name, batch_id):
+        yield
+        return
+    timer = threading.Timer(_FAULT.after_ms / 1000, _crash)
+    timer.daemon = True
+    timer.start()
+    yield
+    _crash()  # the block finished first: crash right after it, still before the checkpoint

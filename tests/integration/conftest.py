@@ -1,0 +1,83 @@
+"""Fixtures for runs against the real broker, Spark and Delta."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import replace
+
+import pytest
+from confluent_kafka import Producer
+
+from ingest.spec import DeadLetter, KafkaSource, Pipeline, Source, Target, Uid
+
+
+class Sender:
+    """Writes records to a topic with an idempotent producer; each record is
+    (payload dict or raw bytes, uid or None, partition)."""
+
+    def __init__(self, kafka, topic):
+        self.kafka, self.topic = kafka, topic
+        self.producer = Producer({**kafka.client_config(), "enable.idempotence": True, "acks": "all"})
+
+    def send(self, payload, uid: str | None = None, partition: int = 0, headers=None) -> None:
+        value = payload if isinstance(payload, (bytes, type(None))) else json.dumps(payload).encode()
+        all_headers = list(headers or []) + ([("message-id", uid.encode())] if uid else [])
+        self.producer.produce(self.topic, value=value, partition=partition, headers=all_headers)
+
+    def flush(self) -> None:
+        assert self.producer.flush(30) == 0, "records not delivered"
+
+    def transaction(self, payloads: list, commit: bool, partition: int = 0) -> None:
+        txn = Producer({**self.kafka.client_config(), "transactional.id": f"t-{uuid.uuid4().hex}"})
+        txn.init_transactions(30)
+        txn.begin_transaction()
+        for payload, uid in payloads:
+            txn.produce(self.topic, value=json.dumps(payload).encode(), partition=partition,
+                        headers=[("message-id", uid.encode())])
+        txn.flush(30)
+        (txn.commit_transaction if commit else txn.abort_transaction)(30)
+
+
+@pytest.fixture
+def sender(kafka, topic):
+    return Sender(kafka, topic)
+
+
+@pytest.fixture
+def pipeline(kafka, topic, tmp_path):
+    """An orders pipeline over the test's topic; tests `replace` what they vary."""
+    return Pipeline(
+        name="orders",
+        source=Source(kafka=KafkaSource(bootstrap_servers=kafka.bootstrap, topics=(topic,)),
+                      format="json",
+                      schema="order_id STRING NOT NULL, customer STRING, amount DOUBLE, ts TIMESTAMP"),
+        uid=Uid(header="message-id"),
+        target=Target(path=str(tmp_path / "tables" / "orders")),
+        checkpoint=str(tmp_path / "checkpoints" / "orders"),
+        dead_letter=DeadLetter(path=str(tmp_path / "dead_letter" / "orders")),
+    )
+
+
+def run_once(spark, pipeline, timeout: float = 240, **kwargs):
+    """Process what is in the topic; returns the batch reports."""
+    from ingest.runner import start_query
+
+    reports = []
+    query, _ = start_query(spark, pipeline, once=True, on_report=reports.append, **kwargs)
+    try:
+        finished = query.awaitTermination(timeout)
+        if query.exception() is not None:
+            raise AssertionError(f"query failed: {query.exception()}")
+        assert finished, f"query still running after {timeout}s"
+    finally:
+        query.stop()
+    return reports
+
+
+def table(spark, path):
+    return spark.read.format("delta").load(path)
+
+
+def with_target(pipeline, **changes):
+    return replace(pipeline, target=replace(pipeline.target, **changes))
