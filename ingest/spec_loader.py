@@ -594,3 +594,83 @@ def _top_level_split(ddl: str) -> list[str]:
         current.append(char)
     parts.append("".join(current))
     return parts
+
+
+# --- back to YAML ---------------------------------------------------------------
+
+
+def to_document(pipeline: Pipeline) -> dict:
+    """The pipeline as the contract's YAML mapping, defaults filled in: what
+    `plan` shows, and what loads back into an equal Pipeline."""
+    document = {
+        "name": pipeline.name,
+        "source": _drop_empty({"kafka": _kafka_document(pipeline.source.kafka),
+                               "format": pipeline.source.format, "schema": pipeline.source.schema}),
+        "transform": _drop_empty({"select": list(pipeline.transform.select),
+                                  "where": pipeline.transform.where}) if pipeline.transform else None,
+        "uid": _uid_document(pipeline.uid),
+        "target": _target_document(pipeline.target),
+        "checkpoint": pipeline.checkpoint,
+        "dead_letter": _drop_empty({"path": pipeline.dead_letter.path,
+                                    "table": pipeline.dead_letter.table}),
+        "trigger": _trigger_document(pipeline.trigger),
+        "spark_conf": dict(pipeline.spark_conf),
+    }
+    return _drop_empty(document, keep=("spark_conf",))
+
+
+def _kafka_document(kafka: KafkaSource) -> dict:
+    starting = kafka.starting_offsets
+    if not isinstance(starting, str):
+        starting = {topic: dict(parts) for topic, parts in starting.items()}
+    return _drop_empty({
+        "bootstrap_servers": kafka.bootstrap_servers, "topics": list(kafka.topics),
+        "pattern": kafka.pattern, "starting_offsets": starting,
+        "max_offsets_per_trigger": kafka.max_offsets_per_trigger,
+        "isolation_level": kafka.isolation_level, "allow_data_loss": kafka.allow_data_loss,
+        "options": dict(kafka.options),
+    }, keep=("options",))
+
+
+def _uid_document(uid: Uid) -> dict:
+    value = {"header": uid.header, "field": uid.field, "fields": list(uid.fields),
+             "coordinates": True}[uid.kind]
+    return {uid.kind: value}
+
+
+def _target_document(target: Target) -> dict:
+    horizon = target.dedup_horizon
+    return _drop_empty({
+        "path": target.path, "table": target.table, "mode": target.mode,
+        "order_by": target.order_by, "partition_by": list(target.partition_by),
+        "cluster_by": list(target.cluster_by),
+        "dedup_horizon": {"column": horizon.column, "within": horizon.within} if horizon else None,
+    })
+
+
+def _trigger_document(trigger: Trigger) -> dict:
+    if trigger.processing_time:
+        return {"processing_time": trigger.processing_time}
+    return {"available_now": trigger.available_now}
+
+
+def _drop_empty(values: dict, keep: tuple[str, ...] = ()) -> dict:
+    return {key: value for key, value in values.items()
+            if key in keep or value not in (None, [], {})}
+
+
+def to_yaml(document: dict) -> str:
+    """YAML text of a document; a literal ${ is written $${ so it loads back as is."""
+    import yaml
+
+    escaped = _escape_variables(document)
+    return yaml.safe_dump(escaped, sort_keys=False, default_flow_style=None, allow_unicode=True,
+                          width=100)
+
+
+def _escape_variables(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _escape_variables(child) for key, child in value.items()}
+    if isinstance(value, list):
+        return [_escape_variables(child) for child in value]
+    return value.replace("${", "$${") if isinstance(value, str) else value

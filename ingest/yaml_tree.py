@@ -80,6 +80,7 @@ def read_yaml(text: str, file: str) -> YamlDoc:
         return YamlDoc(None, index, (Problem("yaml_syntax", "", f"not valid YAML: {error}", 1, file),))
     if root is None:
         return YamlDoc(None, index)
+    index.lines[""] = root.start_mark.line + 1  # problems of the whole file: its first line
     walk = _Walk(index)
     value = walk.value(root, "")
     return YamlDoc(value, index, tuple(walk.problems))

@@ -1,0 +1,120 @@
+"""`ingest plan`: what a pipeline will do, as text, secrets masked.
+
+Every line that describes runtime behaviour comes from the function the
+runtime itself calls (Kafka options from `source`, the MERGE condition from
+`merge_condition`, the transaction app id from `ledger`), so the plan cannot
+drift from what runs.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+from ingest import ledger
+from ingest.merge_condition import merge_condition, upsert_condition
+from ingest.settings import Settings, mask, mask_mapping
+from ingest.source import kafka_options
+from ingest.spec import Pipeline
+from ingest.spec_loader import Loaded, to_document, to_yaml
+
+INDENT = "  "
+CHECKPOINT_QUERY_ID = "<query id of the checkpoint>"
+INGEST_COLUMNS_TEXT = "_topic, _partition, _offset, _kafka_timestamp, _ingested_at"
+
+
+def render_plan(loaded: Loaded, settings: Settings) -> str:
+    """The whole plan screen; masked by key and by value."""
+    pipeline = loaded.pipeline
+    sections = [
+        f"Pipeline {pipeline.name} ({loaded.index.file}, env {settings.env})",
+        _section("Resolved spec (secrets masked)", to_yaml(mask_mapping(to_document(pipeline)))),
+        _section("Kafka source options", _options(pipeline)),
+        _section("Target", _target(pipeline)),
+        _section("Dead letters", _dead_letter(pipeline)),
+        _section("Exactly once", _transactions(pipeline)),
+        _section("MERGE, per micro-batch", _merge(pipeline)),
+    ]
+    sections += [_section("Warnings", "\n".join(w.render() for w in loaded.warnings))] \
+        if loaded.warnings else []
+    return mask("\n\n".join(sections), pipeline.secret_values) + "\n"
+
+
+def _section(title: str, body: str) -> str:
+    return f"{title}:\n{textwrap.indent(body.rstrip(), INDENT)}"
+
+
+def _options(pipeline: Pipeline) -> str:
+    options = mask_mapping(kafka_options(pipeline.source.kafka))
+    width = max(len(key) for key in options)
+    return "\n".join(f"{key:<{width}}  {value}" for key, value in sorted(options.items()))
+
+
+def _where(location_path: str | None, table: str | None) -> str:
+    return f"Delta table at {location_path}" if location_path else f"table {table}"
+
+
+def _target(pipeline: Pipeline) -> str:
+    target = pipeline.target
+    rule = ("the first copy of a uid wins" if target.mode == "insert_only" else
+            f"the latest {target.order_by} wins (ties: the later Kafka position)")
+    lines = [_where(target.path, target.table), f"mode {target.mode}: {rule}",
+             f"uid: {_uid_text(pipeline)} -> _uid"]
+    if target.partition_by:
+        lines.append(f"partitioned by {', '.join(target.partition_by)}")
+    if target.cluster_by:
+        lines.append(f"clustered by {', '.join(target.cluster_by)} (liquid clustering)")
+    if target.dedup_horizon:
+        h = target.dedup_horizon
+        lines.append(f"dedup horizon: a duplicate's {h.column} is within {h.within} "
+                     f"({h.within_seconds} s) of the original's")
+    lines.append(f"columns: _uid, the payload{' after transform' if pipeline.transform else ''}, "
+                 f"{INGEST_COLUMNS_TEXT}")
+    lines.append(f"checkpoint: {pipeline.checkpoint}")
+    lines.append(f"trigger: {_trigger_text(pipeline)}")
+    return "\n".join(lines)
+
+
+def _uid_text(pipeline: Pipeline) -> str:
+    uid = pipeline.uid
+    return {
+        "header": f"Kafka header {uid.header!r} (UTF-8)",
+        "field": f"payload column {uid.field}",
+        "fields": f"SHA-256 of columns {', '.join(uid.fields)}",
+        "coordinates": "topic/partition/offset (exact only with idempotent producers)",
+    }[uid.kind]
+
+
+def _trigger_text(pipeline: Pipeline) -> str:
+    trigger = pipeline.trigger
+    if trigger.processing_time:
+        return f"a micro-batch every {trigger.processing_time}"
+    if trigger.available_now:
+        return "available now: process what is in the topic, then stop"
+    return "micro-batches back to back"
+
+
+def _dead_letter(pipeline: Pipeline) -> str:
+    dead = pipeline.dead_letter
+    return (f"{_where(dead.path, dead.table)}\n"
+            "records that fail decode, transform or uid, with their raw key, value and headers")
+
+
+def _transactions(pipeline: Pipeline) -> str:
+    return "\n".join([
+        f"txnAppId    {ledger.app_id(pipeline.name, CHECKPOINT_QUERY_ID)}",
+        "            (stable for the life of the checkpoint; a new checkpoint gets a new one)",
+        "txnVersion  the batch id: a replayed batch is a no-op",
+        "commit      carries the batch's Kafka end offsets per partition and the pipeline name",
+    ])
+
+
+def _merge(pipeline: Pipeline) -> str:
+    target = pipeline.target
+    into = f"delta.`{target.path}`" if target.path else target.table
+    lines = [f"MERGE WITH SCHEMA EVOLUTION INTO {into} AS t",
+             "USING (the batch, one row per _uid) AS s",
+             f"ON {merge_condition(pipeline, None)}"]
+    if target.mode == "upsert":
+        lines.append(f"WHEN MATCHED AND ({upsert_condition(pipeline)}) THEN UPDATE SET *")
+    lines.append("WHEN NOT MATCHED THEN INSERT *")
+    return "\n".join(lines)
