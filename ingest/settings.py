@@ -216,8 +216,8 @@ class _ConfCheck:
             return names, {}
         if isinstance(raw, dict):
             if scope is None:
-                self.add("missing_key", "secret_scope", "secrets maps variables to scope keys; "
-                         "expected secret_scope: <name of the Databricks secret scope>")
+                self.add("missing_key", "secrets", "variables mapped to secret scope keys, but "
+                         "no scope; expected secret_scope: <name of the Databricks secret scope>")
             keys = {name: str(key) for name, key in raw.items()
                     if self.var_name(join("secrets", name), name)}
             return set(keys), keys

@@ -112,7 +112,7 @@ def read_text(text: str, file: str = "<text>", env: str = conf.DEFAULT_ENV,
     if any(problem.code == "yaml_syntax" for problem in doc.problems):
         raise SpecErrors(doc.problems)  # nothing else can be known about the file
     resolved = _Resolver(doc.index, settings, environ, read_secret).tree(doc.value)
-    check = Check(doc.index, resolved.from_vars)
+    check = Check(doc.index, resolved.from_vars, doc.problems + tuple(resolved.problems))
     check.problems.extend(doc.problems + tuple(resolved.problems))
     pipeline = build(check, resolved.value)
     secrets = frozenset(resolved.secrets)
@@ -180,8 +180,12 @@ class _Resolver:
     def reference(self, match: re.Match, path: str) -> str:
         if match.group(0) == "$${":
             return "${"  # $${ escapes a literal ${
-        inner = VAR_INNER.fullmatch(match.group(1) or "")
-        if match.group(1) is None or inner is None:
+        if match.group(1) is None:
+            self.problem("bad_variable", path, f"{match.string[match.start():]!r} has no closing }}; "
+                         "expected ${NAME} or ${NAME:-default} (write $${ for a literal ${)")
+            return match.group(0)
+        inner = VAR_INNER.fullmatch(match.group(1))
+        if inner is None:
             self.problem("bad_variable", path, f"{match.group(0)!r} is not a variable reference; "
                          "expected ${NAME} or ${NAME:-default} (write $${ for a literal ${)")
             return match.group(0)
@@ -218,7 +222,8 @@ def build(c: Check, raw: Any) -> Pipeline | None:
     transform = _transform(c, top.get("transform"))
     uid = _uid(c, top)
     target = _target(c, top)
-    checkpoint = c.text("checkpoint", c.need(top, "", "checkpoint", "a folder for the checkpoint"))
+    checkpoint = c.text("checkpoint", c.need(top, "", "checkpoint", "a folder for the checkpoint"),
+                        "a folder for the checkpoint")
     dead_letter = _dead_letter(c, top.get("dead_letter"), target)
     trigger = _trigger(c, top.get("trigger"))
     spark_conf = c.scalar_map("spark_conf", top.get("spark_conf"))
@@ -231,7 +236,7 @@ def build(c: Check, raw: Any) -> Pipeline | None:
 
 
 def _name(c: Check, top: dict) -> str | None:
-    name = c.text("name", c.need(top, "", "name", "the pipeline's name"))
+    name = c.text("name", c.need(top, "", "name", "the pipeline's name"), "the pipeline's name")
     if name is None or NAME.fullmatch(name):
         return name
     suggestion = re.sub(r"[^a-z0-9_]+", "_", name.lower()).strip("_") or "pipeline"
@@ -249,7 +254,7 @@ def _source(c: Check, top: dict) -> Source | None:
         return None
     mark = c.mark()
     kafka = _kafka(c, source)
-    fmt = c.enum("source.format", source.get("format"), FORMATS, "format", default="json")
+    fmt = c.enum("source.format", source.get("format"), FORMATS, "a format", default="json")
     schema = c.text("source.schema", source.get("schema"),
                              'a Spark DDL schema, e.g. "id STRING, ts TIMESTAMP"')
     if fmt == "json" and source.get("schema") is None and not c.misspelt("source.schema"):
@@ -268,13 +273,14 @@ def _kafka(c: Check, source: dict) -> KafkaSource | None:
         return None
     mark, p = c.mark(), "source.kafka"
     servers = c.text(f"{p}.bootstrap_servers", c.need(kafka, p, "bootstrap_servers",
-                                                       "host:port[,host:port...]"))
+                                                       "host:port[,host:port...]"),
+                     "host:port[,host:port...]")
     topics, pattern = _subscription(c, kafka)
     starting = _starting_offsets(c, kafka.get("starting_offsets"), topics)
     max_offsets = c.integer(f"{p}.max_offsets_per_trigger", kafka.get("max_offsets_per_trigger"),
                             minimum=1, expected="a positive integer")
     isolation = c.enum(f"{p}.isolation_level", kafka.get("isolation_level"), ISOLATION_LEVELS,
-                       "isolation level", default="read_committed")
+                       "an isolation level", default="read_committed")
     allow_loss = c.boolean(f"{p}.allow_data_loss", kafka.get("allow_data_loss"), default=False)
     options = _options(c, kafka.get("options"))
     if c.failed(mark):
@@ -286,7 +292,7 @@ def _kafka(c: Check, source: dict) -> KafkaSource | None:
 def _subscription(c: Check, kafka: dict) -> tuple[tuple[str, ...], str | None]:
     p = "source.kafka"
     topics = c.texts(f"{p}.topics", kafka.get("topics"), "a list of topic names, e.g. [orders]",
-                     non_empty=True) or ()
+                     non_empty=True, item="a topic name") or ()
     for n, topic in enumerate(topics):
         if not TOPIC.fullmatch(topic):
             c.add("bad_value", f"{p}.topics[{n}]", f"{topic!r} is not a Kafka topic name; expected "
@@ -315,7 +321,7 @@ def _starting_offsets(c: Check, raw: Any, topics: tuple[str, ...]):
     path = "source.kafka.starting_offsets"
     if isinstance(raw, dict):
         return _offset_map(c, path, raw, topics)
-    return c.enum(path, raw, STARTING_OFFSETS, "starting position", default="earliest",
+    return c.enum(path, raw, STARTING_OFFSETS, "a starting position", default="earliest",
                   extra="or {topic: {partition: offset}}")
 
 
@@ -379,7 +385,7 @@ def _transform(c: Check, raw: Any) -> Transform | None:
         return None
     select = c.texts("transform.select", transform.get("select"),
                      'a list of Spark SQL expressions, e.g. ["*", "amount * 100 AS cents"]',
-                     non_empty=True)
+                     non_empty=True, item="a Spark SQL expression")
     where = c.text("transform.where", transform.get("where"),
                             'a Spark SQL condition, e.g. "amount IS NOT NULL"')
     return Transform(tuple(select) if select else ("*",), where)
@@ -394,9 +400,11 @@ def _uid(c: Check, top: dict) -> Uid | None:
     header = c.text("uid.header", uid.get("header"), "a Kafka header name")
     field = c.text("uid.field", uid.get("field"), "a payload column")
     fields = c.texts("uid.fields", uid.get("fields"), "a list of payload columns", non_empty=True,
-                     unique=True)
+                     unique=True, item="a column name")
     coordinates = c.boolean("uid.coordinates", uid.get("coordinates"), default=False)
-    given = [kind for kind in UID_KINDS if uid.get(kind) not in (None, False)]
+    # `coordinates: false` is no rule; any other value, even a wrong one, is one
+    given = [kind for kind in UID_KINDS
+             if uid.get(kind) is not None and not (kind == "coordinates" and uid[kind] is False)]
     if not given and any(c.misspelt(f"uid.{kind}") for kind in UID_KINDS):
         pass  # the misspelt rule is reported as an unknown key
     elif len(given) != 1:
@@ -416,11 +424,13 @@ def _target(c: Check, top: dict) -> Target | None:
         return None
     mark = c.mark()
     path, table = _location(c, "target", target)
-    mode = c.enum("target.mode", target.get("mode"), MODES, "mode", default="insert_only")
+    mode = c.enum("target.mode", target.get("mode"), MODES, "a mode", default="insert_only")
     order_by = c.text("target.order_by", target.get("order_by"), "a payload column")
     _order_by_rules(c, mode, target)
-    partition_by = c.texts("target.partition_by", target.get("partition_by"), "a list of columns")
-    cluster_by = c.texts("target.cluster_by", target.get("cluster_by"), "a list of columns")
+    partition_by = c.texts("target.partition_by", target.get("partition_by"), "a list of columns",
+                           item="a column name")
+    cluster_by = c.texts("target.cluster_by", target.get("cluster_by"), "a list of columns",
+                         item="a column name")
     if partition_by and cluster_by:
         c.add("exclusive_keys", "target", "partition_by and cluster_by are both given; expected "
               "one of them (cluster_by is liquid clustering, which replaces partitions)")
@@ -461,7 +471,8 @@ def _horizon(c: Check, raw: Any) -> DedupHorizon | None:
     if horizon is None:
         return None
     p = "target.dedup_horizon"
-    column = c.text(f"{p}.column", c.need(horizon, p, "column", "a payload timestamp column"))
+    column = c.text(f"{p}.column", c.need(horizon, p, "column", "a payload timestamp column"),
+                    "a payload timestamp column")
     within = c.text(f"{p}.within", c.need(horizon, p, "within", 'a duration, e.g. "1 hour"'),
                     expected='a duration, e.g. "1 hour"', quote_hint=False)
     seconds = _duration(c, f"{p}.within", within) if within is not None else None

@@ -68,14 +68,19 @@ def parse_duration(text: str) -> tuple[int | None, str | None]:
 class Check:
     """Collects problems and warnings for one file while values are checked."""
 
-    def __init__(self, index: LineIndex, from_vars: Iterable[str] = ()):
+    def __init__(self, index: LineIndex, from_vars: Iterable[str] = (), reported: Iterable[Problem] = ()):
         self.index = index
         self.from_vars = set(from_vars)  # paths whose text came from ${VAR}: may be coerced
+        # a path with a problem already (e.g. a missing variable) gets no second one about
+        # the value it was left with
+        self.silenced = {problem.path for problem in reported}
         self.problems: list[Problem] = []
         self.warnings: list[Problem] = []
         self.suggested: set[str] = set()  # key paths offered as "did you mean"
 
     def add(self, code: str, path: str, message: str) -> None:
+        if path in self.silenced:
+            return
         self.problems.append(Problem(code, path, message, self.index.line(path), self.index.file))
 
     def warn(self, code: str, path: str, message: str) -> None:
@@ -149,7 +154,7 @@ class Check:
         return value
 
     def texts(self, path: str, value: Any, expected: str, non_empty: bool = False,
-              unique: bool = False) -> list[str] | None:
+              unique: bool = False, item: str = "a string") -> list[str] | None:
         if value is None:
             return None
         if not isinstance(value, list):
@@ -157,7 +162,7 @@ class Check:
             return None
         if non_empty and not value:
             self.add("bad_value", path, f"empty list; expected {expected}")
-        items = [self.text(f"{path}[{n}]", element) for n, element in enumerate(value)]
+        items = [self.text(f"{path}[{n}]", element, item) for n, element in enumerate(value)]
         if unique:
             self._duplicates(path, value)
         return None if None in items else items
@@ -178,7 +183,7 @@ class Check:
             self.wrong(path, value, expected, wants_text=True)
             return None
         if value not in choices:
-            self.add("bad_enum", path, f"{value!r} is not a {noun}; expected {expected}"
+            self.add("bad_enum", path, f"{value!r} is not {noun}; expected {expected}"
                      f"{did_you_mean(value, choices)}")
             return None
         return value

@@ -156,17 +156,41 @@ def _syntax_problem(error: yaml.MarkedYAMLError, text: str, file: str) -> Proble
     what = error.problem or "not valid YAML"
     if error.context:
         what = f"{what} ({error.context})"
-    message = (f"YAML syntax error: {what}; expected valid YAML "
-               "(check the indentation; quote values that contain ': ' or start with @, ` or %)")
-    line = mark.line + 1 if mark else 1
-    context = _context(text, mark.line, mark.column) if mark else ""
-    return Problem("yaml_syntax", "", message, line, file, context)
+    message = f"YAML syntax error: {what}; expected {_syntax_hint(what)}"
+    if mark is None:
+        return Problem("yaml_syntax", "", message, 1, file)
+    # an error at the end of the text points past its last line: show that line
+    lines = text.splitlines() or [""]
+    line0 = min(mark.line, len(lines) - 1)
+    column = mark.column if line0 == mark.line else len(lines[line0])
+    return Problem("yaml_syntax", "", message, line0 + 1, file, _context(text, line0, column))
+
+
+# PyYAML's words for the usual mistakes, and what the writer most likely meant.
+SYNTAX_HINTS = (
+    ("'\\t'", "spaces for indentation (YAML does not allow tabs)"),
+    ("<block end>", "the keys of one mapping at the same indentation"),
+    ("mapping values are not allowed", "one key per line, and quotes around a value that "
+     "contains ': '"),
+    ("flow sequence", "a list closed by ] with its items separated by commas"),
+    ("flow mapping", "a mapping closed by } with its entries separated by commas"),
+    ("quoted scalar", "a closing quote for the quoted value"),
+    ("stream end", "more text: a [, { or quote is left open"),
+    ("undefined alias", "an &anchor defined before its *alias"),
+    ("a single document", "one YAML document per file (no second ---)"),
+)
+
+
+def _syntax_hint(what: str) -> str:
+    for words, hint in SYNTAX_HINTS:
+        if words in what:
+            return hint
+    return "valid YAML (check the indentation; quote values that contain ': ' or start with @ or `)"
 
 
 def _context(text: str, line0: int, column: int) -> str:
     """A few numbered lines around the error, with a caret under its column."""
     lines = text.splitlines() or [""]
-    line0 = min(line0, len(lines) - 1)
     first, last = max(0, line0 - CONTEXT_LINES), min(len(lines), line0 + CONTEXT_LINES + 1)
     width = len(str(last))
     shown = []
