@@ -83,9 +83,9 @@ def get_session(app_name: str = "ingest", conf: dict[str, str] | None = None,
     """The active SparkSession if there is one (used as is), else a new configured one."""
     from pyspark.sql import SparkSession
 
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        return active
+    existing = existing_session()
+    if existing is not None:
+        return existing
     builder = SparkSession.builder.appName(app_name)
     conf = dict(conf or {})
     if not (on_databricks() or under_spark_submit()):
@@ -95,3 +95,18 @@ def get_session(app_name: str = "ingest", conf: dict[str, str] | None = None,
     session = configure_builder(builder, conf).getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     return session
+
+
+def existing_session():
+    """A session someone else started, untouched; None when there is none.
+
+    The active session of this thread first. On Databricks the runtime owns the
+    session, and a job's code may run in a thread where it is not the active
+    one: an empty builder returns it without setting anything on it (a
+    configured builder would apply its settings to the runtime's session)."""
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None or not on_databricks():
+        return active
+    return SparkSession.builder.getOrCreate()
