@@ -45,6 +45,10 @@ class ProduceError(IngestError):
     """The records could not be sent (broker, topic or transaction trouble)."""
 
 
+class TopicNotFound(ProduceError):
+    """The topic does not exist (or cannot be described): bad input, not a delivery failure."""
+
+
 class BadLines(IngestError):
     """Lines that are not JSON objects (or lack a field asked for); nothing was sent."""
 
@@ -205,20 +209,27 @@ class Record:
 
 @dataclass
 class Deliveries:
-    """The delivery reports: every failure is counted and its message kept (the first few)."""
+    """The delivery reports: every failure is counted, each distinct error kept with its count."""
 
     delivered: int = 0
     failed: int = 0
-    errors: list[str] = field(default_factory=list)
+    by_error: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # failures that are not one record's
 
     def __call__(self, error, message) -> None:
         if error is None:
             self.delivered += 1
             return
         self.failed += 1
-        if len(self.errors) < MAX_ERRORS_KEPT:
-            where = f"{message.topic()}[{message.partition()}]" if message is not None else "?"
-            self.errors.append(f"{where}: {error.str()}")
+        where = f"{message.topic()}[{message.partition()}]" if message is not None else "?"
+        text = f"{where}: {error.str()}"
+        if text in self.by_error or len(self.by_error) < MAX_ERRORS_KEPT:
+            self.by_error[text] = self.by_error.get(text, 0) + 1
+
+    @property
+    def errors(self) -> tuple[str, ...]:
+        counted = (f"{text} ({count} record{'s' if count > 1 else ''})" for text, count in self.by_error.items())
+        return (*counted, *self.notes)
 
 
 class Sender:
@@ -252,7 +263,7 @@ class Sender:
         found = metadata.topics.get(topic)
         if found is None or found.error is not None:
             reason = found.error.str() if found is not None and found.error else "not found"
-            raise ProduceError(f"topic {topic!r} is not available: {reason}")
+            raise TopicNotFound(f"topic {topic!r} is not available: {reason}")
         return len(found.partitions)
 
     def send(self, topic: str, record: Record) -> None:
@@ -278,7 +289,7 @@ class Sender:
             self._producer.commit_transaction(self.timeout_s)
             return True
         except KafkaException as error:
-            self.deliveries.errors.append(f"transaction not committed: {error.args[0].str()}")
+            self.deliveries.notes.append(f"transaction not committed: {error.args[0].str()}")
             if error.args[0].fatal():
                 raise ProduceError(f"fatal producer error: {error.args[0].str()}") from None
             self.abort()
@@ -406,7 +417,7 @@ class _FileRun:
             self._commit()
         left = self.sender.flush()
         if left:
-            self.sender.deliveries.errors.append(f"{left} record(s) without a delivery report "
+            self.sender.deliveries.notes.append(f"{left} record(s) without a delivery report "
                                                  f"after {self.sender.timeout_s:.0f}s")
         self._report(final=True)
 
@@ -434,5 +445,5 @@ class _FileRun:
         # In transactions only a commit makes records visible to read_committed readers.
         delivered = self.committed if self.options.transactional else d.delivered
         return Summary(str(self.path), self.options.topic, self.checked.records, self.sent,
-                       delivered, self.checked.records - delivered, tuple(d.errors),
+                       delivered, self.checked.records - delivered, d.errors,
                        self.checked.bad_lines, self.transactions, time.monotonic() - self.started)
