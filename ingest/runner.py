@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 from pyspark.sql import DataFrame
@@ -79,14 +79,24 @@ class BatchProcessor:
     bounded: bool = True
     _query_id: str | None = None
     _target_ready: bool = False
-    last_offsets: dict = field(default_factory=dict)
+    # (batch id, end offsets if known, error) of the batch that failed, for the run's message
+    failure: tuple | None = None
+    _batch_offsets: dict | None = None
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
+        self._batch_offsets = None
+        try:
+            self._process(batch_df, batch_id)
+        except Exception as error:
+            self.failure = (batch_id, self._batch_offsets, error)
+            raise
+
+    def _process(self, batch_df: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
         session = batch_df.sparkSession
         staged, summary = self._stage(batch_df)  # 1-2: read, decode, transform, uid
         try:
-            self.last_offsets = summary.end_offsets
+            self._batch_offsets = summary.end_offsets
             txn = ledger.batch_txn(self.pipeline.name, self._app_query_id(session), batch_id,
                                    summary.end_offsets)
             self._write_dead_letters(staged, summary, batch_id, txn)
