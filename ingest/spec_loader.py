@@ -70,9 +70,9 @@ class Loaded:
 
     def place(self, problems: Iterable[Problem]) -> list[Problem]:
         """Problems found later (Spark pass) with this file's lines; messages masked."""
-        secrets = self.pipeline.secret_values
-        return [replace(p, file=p.file or self.index.file, line=p.line or self.index.line(p.path),
-                        message=conf.mask(p.message, secrets)) for p in problems]
+        placed = [replace(p, file=p.file or self.index.file, line=p.line or self.index.line(p.path))
+                  for p in problems]
+        return _masked(placed, self.pipeline.secret_values)
 
 
 def load_pipeline(path: str | Path, env: str = conf.DEFAULT_ENV,
@@ -91,14 +91,16 @@ def load_text(text: str, file: str = "<text>", env: str = conf.DEFAULT_ENV,
 def read_pipeline(path: str | Path, env: str = conf.DEFAULT_ENV,
                   environ: Mapping[str, str] | None = None,
                   conf_dir: str | Path | None = None,
-                  settings: conf.Settings | None = None) -> Loaded:
+                  settings: conf.Settings | None = None,
+                  read_secret: conf.SecretReader | None = None) -> Loaded:
+    """`read_text` of a file; an unreadable file is a problem too."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         reason = getattr(error, "strerror", None) or str(error)
         raise SpecErrors([Problem("unreadable_file", "", f"cannot read the file ({reason}); "
                                   "expected a readable UTF-8 YAML file", None, str(path))]) from None
-    return read_text(text, str(path), env, environ, conf_dir, settings)
+    return read_text(text, str(path), env, environ, conf_dir, settings, read_secret)
 
 
 def read_text(text: str, file: str = "<text>", env: str = conf.DEFAULT_ENV,
@@ -112,14 +114,19 @@ def read_text(text: str, file: str = "<text>", env: str = conf.DEFAULT_ENV,
     if any(problem.code == "yaml_syntax" for problem in doc.problems):
         raise SpecErrors(doc.problems)  # nothing else can be known about the file
     resolved = _Resolver(doc.index, settings, environ, read_secret).tree(doc.value)
-    check = Check(doc.index, resolved.from_vars, doc.problems + tuple(resolved.problems))
-    check.problems.extend(doc.problems + tuple(resolved.problems))
+    found_so_far = doc.problems + tuple(resolved.problems)
+    check = Check(doc.index, resolved.from_vars, found_so_far)
+    check.problems.extend(found_so_far)
     pipeline = build(check, resolved.value)
     secrets = frozenset(resolved.secrets)
     if check.problems:
-        raise SpecErrors([replace(p, message=conf.mask(p.message, secrets)) for p in check.problems])
+        raise SpecErrors(_masked(check.problems, secrets))
     pipeline = replace(pipeline, source_file=file, secret_values=secrets)
-    return Loaded(pipeline, doc.index, tuple(check.warnings))
+    return Loaded(pipeline, doc.index, tuple(_masked(check.warnings, secrets)))
+
+
+def _masked(problems: Iterable[Problem], secrets: frozenset[str]) -> list[Problem]:
+    return [replace(p, message=conf.mask(p.message, secrets)) for p in problems]
 
 
 def check_unique(loaded: Iterable[Loaded]) -> list[Problem]:
@@ -405,16 +412,20 @@ def _uid(c: Check, top: dict) -> Uid | None:
     # `coordinates: false` is no rule; any other value, even a wrong one, is one
     given = [kind for kind in UID_KINDS
              if uid.get(kind) is not None and not (kind == "coordinates" and uid[kind] is False)]
-    if not given and any(c.misspelt(f"uid.{kind}") for kind in UID_KINDS):
-        pass  # the misspelt rule is reported as an unknown key
-    elif len(given) != 1:
-        found = "no uid rule is given" if not given else f"{one_of(given, 'and')} are {'both' if len(given) == 2 else 'all'} given"
-        c.add("uid_rules", "uid", f"{found}; expected exactly one of header, field, fields "
-              "or coordinates: true")
+    misspelt = not given and any(c.misspelt(f"uid.{kind}") for kind in UID_KINDS)
+    if len(given) != 1 and not misspelt:  # a misspelt rule is reported as an unknown key
+        c.add("uid_rules", "uid", f"{_uid_rules_found(given)}; expected exactly one of header, "
+              "field, fields or coordinates: true")
     elif coordinates:
         c.warn("coordinates_uid", "uid.coordinates", "a uid from topic/partition/offset is only "
                "exact with idempotent producers; a producer retry becomes a second record")
     return None if c.failed(mark) else Uid(header, field, tuple(fields or ()), bool(coordinates))
+
+
+def _uid_rules_found(given: list[str]) -> str:
+    if not given:
+        return "no uid rule is given"
+    return f"{one_of(given, 'and')} are {'both' if len(given) == 2 else 'all'} given"
 
 
 def _target(c: Check, top: dict) -> Target | None:

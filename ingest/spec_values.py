@@ -68,7 +68,8 @@ def parse_duration(text: str) -> tuple[int | None, str | None]:
 class Check:
     """Collects problems and warnings for one file while values are checked."""
 
-    def __init__(self, index: LineIndex, from_vars: Iterable[str] = (), reported: Iterable[Problem] = ()):
+    def __init__(self, index: LineIndex, from_vars: Iterable[str] = (),
+                 reported: Iterable[Problem] = ()):
         self.index = index
         self.from_vars = set(from_vars)  # paths whose text came from ${VAR}: may be coerced
         # a path with a problem already (e.g. a missing variable) gets no second one about
@@ -243,7 +244,8 @@ class Check:
                      f"expected {expected}: write \"{text}\" in quotes")
         else:
             hint = f' (write "{text}" in quotes)' if wants_text and text is not None else ""
-            self.add("wrong_type", path, f"found {self.describe(path, value)}; expected {expected}{hint}")
+            self.add("wrong_type", path,
+                     f"found {self.describe(path, value)}; expected {expected}{hint}")
 
     def describe(self, path: str, value: Any) -> str:
         if value is None:

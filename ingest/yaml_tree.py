@@ -23,7 +23,8 @@ from ingest.errors import Problem
 _CORE = "tag:yaml.org,2002:"
 # Only the tags plain YAML resolves to; anything explicit beyond these (python
 # objects, !!binary, !!set, local !tags) is refused, so loading never builds objects.
-SAFE_TAGS = {_CORE + name for name in ("str", "int", "float", "bool", "null", "timestamp", "seq", "map")}
+SAFE_TAGS = {_CORE + name
+             for name in ("str", "int", "float", "bool", "null", "timestamp", "seq", "map")}
 CONTEXT_LINES = 2  # lines shown on either side of a YAML syntax error
 
 

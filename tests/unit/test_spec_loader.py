@@ -64,13 +64,15 @@ def test_processing_time_turns_available_now_off():
 
 
 def test_within_seconds():
+    horizon = "\n  dedup_horizon: {column: ts, within: 2 days}"
     text = MINIMAL.replace("  path: ${DATA_ROOT}/tables/orders",
-                           "  path: ${DATA_ROOT}/tables/orders\n  dedup_horizon: {column: ts, within: 2 days}")
+                           "  path: ${DATA_ROOT}/tables/orders" + horizon)
     assert load(text).target.dedup_horizon.within_seconds == 2 * 86400
 
 
 def test_per_partition_starting_offsets():
-    text = MINIMAL.replace("topics: [orders]", "topics: [orders]\n    starting_offsets: {orders: {0: 42, 1: -2}}")
+    text = MINIMAL.replace("topics: [orders]",
+                           "topics: [orders]\n    starting_offsets: {orders: {0: 42, 1: -2}}")
     offsets = load(text).source.kafka.starting_offsets
     assert {topic: dict(parts) for topic, parts in offsets.items()} == {"orders": {0: 42, 1: -2}}
 
@@ -94,8 +96,8 @@ def test_dollar_dollar_brace_is_a_literal():
 
 
 def test_a_whole_variable_may_fill_a_number_or_a_boolean():
-    text = MINIMAL.replace("topics: [orders]", "topics: [orders]\n    max_offsets_per_trigger: ${MAX}\n"
-                           "    allow_data_loss: ${LOSSY}")
+    text = MINIMAL.replace("topics: [orders]", "topics: [orders]\n"
+                           "    max_offsets_per_trigger: ${MAX}\n    allow_data_loss: ${LOSSY}")
     kafka = load(text, environ={**ENVIRON, "MAX": "500", "LOSSY": "true"}).source.kafka
     assert (kafka.max_offsets_per_trigger, kafka.allow_data_loss) == (500, True)
 
