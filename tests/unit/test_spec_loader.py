@@ -150,7 +150,7 @@ def test_every_example_round_trips(path):
 
 
 def test_the_three_examples_exist():
-    assert [p.stem for p in EXAMPLES] == ["clickstream", "customers", "orders"]
+    assert {"clickstream", "customers", "orders"} <= {p.stem for p in EXAMPLES}
 
 
 def test_round_trip_keeps_a_literal_dollar_brace():
