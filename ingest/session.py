@@ -70,6 +70,17 @@ def jar_conf(mode: str | None = None) -> dict[str, str]:
     return {"spark.jars": ",".join(str(p) for p in found)}
 
 
+def _check_jar_mode() -> None:
+    """Under spark-submit the driver's JVM is already running: jars set now would
+    reach the executors but not the driver, which then fails on its first query."""
+    mode = jar_mode()
+    if under_spark_submit() and mode != "none":
+        raise SessionError(
+            f"INGEST_JARS={mode!r} cannot take effect under spark-submit (the driver is "
+            "already running); give the jars to spark-submit instead: --jars <jar,jar,...> "
+            "or --packages <coordinates> (docs/cluster.md)")
+
+
 def configure_builder(builder, extra_conf: dict[str, str] | None = None, mode: str | None = None):
     """Return `builder` set up for Delta and Kafka; `extra_conf` wins over defaults."""
     settings = {**DELTA_CONF, **jar_conf(mode), **(extra_conf or {})}
@@ -86,6 +97,7 @@ def get_session(app_name: str = "ingest", conf: dict[str, str] | None = None,
     existing = existing_session()
     if existing is not None:
         return existing
+    _check_jar_mode()
     builder = SparkSession.builder.appName(app_name)
     conf = dict(conf or {})
     if not (on_databricks() or under_spark_submit()):

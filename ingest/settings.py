@@ -86,14 +86,9 @@ def default_secret_reader() -> SecretReader | None:
     """dbutils.secrets.get on Databricks; elsewhere there is no secret scope."""
     if "DATABRICKS_RUNTIME_VERSION" not in os.environ:
         return None
+    from ingest.databricks import read_secret
 
-    def read(scope: str, key: str) -> str | None:
-        from pyspark.dbutils import DBUtils  # only exists on Databricks
-        from pyspark.sql import SparkSession
-
-        return DBUtils(SparkSession.getActiveSession()).secrets.get(scope=scope, key=key)
-
-    return read
+    return read_secret
 
 
 def mask(text: str, secret_values: Iterable[str]) -> str:
