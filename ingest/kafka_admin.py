@@ -5,14 +5,19 @@ The pipeline's `source.kafka.options` are written for Spark's Java client
 (`kafka.*`); the ones librdkafka understands under another spelling are
 translated here, so status, verify and the start-up checks authenticate the
 same way the query does.
+
+Refused credentials (or a TLS failure) fail at once: librdkafka would retry them
+until the timeout, and Spark's own client would retry for minutes.
 """
 
 from __future__ import annotations
 
+import logging
 import re
+import time
 import uuid
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from ingest.errors import IngestError
 from ingest.spec import KafkaSource
@@ -20,6 +25,13 @@ from ingest.spec import KafkaSource
 _JAAS_FIELD = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
 _SAME_NAME = ("security.protocol", "sasl.mechanism", "ssl.ca.location", "ssl.certificate.location",
               "ssl.key.location", "ssl.key.password", "ssl.endpoint.identification.algorithm")
+# Errors that no retry will cure: wrong credentials, TLS set-up, a fatal client state.
+_REFUSED = (KafkaError._AUTHENTICATION, KafkaError._SSL)
+_STEP_S = 1.0  # how often a metadata request looks at the errors reported meanwhile
+
+_QUIET = logging.getLogger("ingest.kafka_admin.librdkafka")
+_QUIET.addHandler(logging.NullHandler())
+_QUIET.propagate = False
 
 
 class BrokerUnreachable(IngestError):
@@ -37,32 +49,54 @@ def client_config(kafka: KafkaSource) -> dict[str, str]:
     if jaas:
         fields = dict(_JAAS_FIELD.findall(jaas))
         if "username" in fields:
-            config["sasl.username"] = fields["username"]
+            config["sasl.username"] = _unescape(fields["username"])
         if "password" in fields:
-            config["sasl.password"] = fields["password"]
+            config["sasl.password"] = _unescape(fields["password"])
     return config
 
 
-def _consumer(kafka: KafkaSource, errors: list) -> Consumer:
+def _unescape(value: str) -> str:
+    """JAAS quoted strings escape `"` and `\\` with a backslash."""
+    return re.sub(r"\\(.)", r"\1", value)
+
+
+def _consumer(kafka: KafkaSource, errors: list, **extra) -> Consumer:
     return Consumer({
         **client_config(kafka),
         "group.id": f"ingest-admin-{uuid.uuid4().hex}",
         "enable.auto.commit": False,
         "isolation.level": kafka.isolation_level,
         "socket.timeout.ms": 10000,
-        # fail fast on bad credentials instead of retrying forever
-        "error_cb": lambda err: errors.append(err),
-        "logger": _silent_logger(),
+        # collected, so that refused credentials fail at once with librdkafka's reason
+        "error_cb": errors.append,
+        "logger": _QUIET,
+        **extra,
     })
 
 
-def _silent_logger():
-    import logging
+def _metadata(consumer: Consumer, kafka: KafkaSource, errors: list, timeout: float):
+    """The cluster metadata; raises BrokerUnreachable as soon as the broker refuses us."""
+    deadline = time.monotonic() + timeout
+    while True:
+        step = max(0.1, min(_STEP_S, deadline - time.monotonic()))
+        try:
+            return consumer.list_topics(timeout=step)
+        except KafkaException as error:
+            consumer.poll(0)  # serves error_cb: the reason is reported there, not in `error`
+            refused = [e for e in errors if e.code() in _REFUSED or e.fatal()]
+            if refused:
+                raise BrokerUnreachable(f"Kafka at {kafka.bootstrap_servers} refused the connection: "
+                                        f"{refused[0].str()}") from None
+            if time.monotonic() >= deadline:
+                raise BrokerUnreachable(_unreachable(kafka, errors, error)) from None
 
-    logger = logging.getLogger("ingest.kafka_admin.librdkafka")
-    logger.addHandler(logging.NullHandler())
-    logger.propagate = False
-    return logger
+
+def check_reachable(kafka: KafkaSource, timeout: float = 15) -> dict[str, list[int]]:
+    """The pre-flight check before a query starts: the broker answers with these
+    credentials. Returns the subscribed topics' partitions (a topic that does not
+    exist is absent); raises BrokerUnreachable within `timeout`, at once for
+    refused credentials."""
+    return partitions(kafka, timeout)
 
 
 def partitions(kafka: KafkaSource, timeout: float = 15) -> dict[str, list[int]]:
@@ -70,10 +104,7 @@ def partitions(kafka: KafkaSource, timeout: float = 15) -> dict[str, list[int]]:
     errors: list = []
     consumer = _consumer(kafka, errors)
     try:
-        try:
-            metadata = consumer.list_topics(timeout=timeout)
-        except KafkaException as error:
-            raise BrokerUnreachable(_unreachable(kafka, errors, error)) from None
+        metadata = _metadata(consumer, kafka, errors, timeout)
         pattern = re.compile(kafka.pattern) if kafka.pattern else None
         found = {}
         for name, topic in metadata.topics.items():
@@ -86,7 +117,8 @@ def partitions(kafka: KafkaSource, timeout: float = 15) -> dict[str, list[int]]:
 
 
 def watermarks(kafka: KafkaSource, timeout: float = 15) -> dict[str, dict[int, tuple[int, int]]]:
-    """(earliest, end) offset per partition of every subscribed topic."""
+    """(earliest, end) offset per partition of every subscribed topic. With
+    read_committed, end is the last stable offset, as Spark's "latest" is."""
     errors: list = []
     found = partitions(kafka, timeout)
     consumer = _consumer(kafka, errors)
@@ -101,6 +133,30 @@ def watermarks(kafka: KafkaSource, timeout: float = 15) -> dict[str, dict[int, t
                     raise BrokerUnreachable(_unreachable(kafka, errors, error)) from None
                 marks.setdefault(topic, {})[partition] = (low, high)
         return marks
+    finally:
+        consumer.close()
+
+
+def first_record_between(kafka: KafkaSource, topic: str, partition: int, start: int, end: int,
+                         timeout: float = 15) -> int | None:
+    """The offset of the first record in [start, end) a read_committed reader gets, or
+    None when the range holds only transaction markers and aborted records."""
+    errors: list = []
+    consumer = _consumer(kafka, errors, **{"enable.partition.eof": True})
+    try:
+        _metadata(consumer, kafka, errors, timeout)
+        consumer.assign([TopicPartition(topic, partition, start)])
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            message = consumer.poll(_STEP_S)
+            if message is None:
+                continue
+            if message.error() is None:
+                return message.offset() if message.offset() < end else None
+            if message.error().code() == KafkaError._PARTITION_EOF:
+                return None
+            raise BrokerUnreachable(f"reading {topic}/{partition} at {start}: {message.error().str()}")
+        raise BrokerUnreachable(f"reading {topic}/{partition} at {start}: no answer within {timeout:.0f}s")
     finally:
         consumer.close()
 

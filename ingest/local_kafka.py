@@ -117,6 +117,11 @@ class LocalKafka:
             })
         return config
 
+    def jaas_config(self, user: SaslUser | None = None) -> str:
+        """The `sasl.jaas.config` value a pipeline's `source.kafka.options` needs for this broker."""
+        user = user or self.sasl_users[0]
+        return _plain_jaas(user.name, user.password)
+
     def _write_config(self) -> Path:
         broker_port, controller_port = self._ports
         protocol = "SASL_PLAINTEXT" if self.sasl_users else "PLAINTEXT"
@@ -146,15 +151,16 @@ class LocalKafka:
             **self.extra_properties,
         }
         path = self._dir / "server.properties"
-        path.write_text("".join(f"{k}={v}\n" for k, v in properties.items()))
+        path.write_text("".join(f"{k}={_property_value(v)}\n" for k, v in properties.items()))
         return path
 
     def _sasl_properties(self) -> dict[str, str]:
         if not self.sasl_users:
             return {}
-        users = " ".join(f'user_{u.name}="{u.password}"' for u in self.sasl_users)
-        jaas = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
-                f'username="{self.sasl_users[0].name}" password="{self.sasl_users[0].password}" {users};')
+        # The broker's own login (inter-broker) is the first user; `user_<name>` lines are the accounts.
+        broker = self.sasl_users[0]
+        accounts = " ".join(f"user_{u.name}={_quoted(u.password)}" for u in self.sasl_users)
+        jaas = _plain_jaas(broker.name, broker.password).rstrip(";") + f" {accounts};"
         return {
             "sasl.enabled.mechanisms": "PLAIN",
             "sasl.mechanism.inter.broker.protocol": "PLAIN",
@@ -216,6 +222,21 @@ class LocalKafka:
 _QUIET = logging.getLogger("ingest.local_kafka.probe")
 _QUIET.addHandler(logging.NullHandler())
 _QUIET.propagate = False
+
+
+def _quoted(value: str) -> str:
+    """A JAAS quoted string: `"` and `\\` escaped with a backslash."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _property_value(value: str) -> str:
+    """.properties reads a backslash as an escape: double it so JAAS escapes survive."""
+    return value.replace("\\", "\\\\")
+
+
+def _plain_jaas(name: str, password: str) -> str:
+    return ("org.apache.kafka.common.security.plain.PlainLoginModule required "
+            f"username={_quoted(name)} password={_quoted(password)};")
 
 
 def _port_open(port: int) -> bool:
