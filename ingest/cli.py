@@ -20,10 +20,8 @@ from ingest.spec_loader import Loaded, check_unique, read_pipeline
 
 OK, CHECK_FAILED, BAD_INPUT = 0, 1, 2
 DEFAULT_PIPELINES = "pipelines/*.yaml"
-# Parsing needs no UI and one core. No extra JVM options: the default ones make
-# log4j print a warning on stdout, which is validate's report.
-VALIDATE_SPARK_CONF = {"spark.ui.enabled": "false", "spark.master": "local[1]",
-                       "spark.driver.extraJavaOptions": ""}
+# Parsing needs no UI and one core.
+VALIDATE_SPARK_CONF = {"spark.ui.enabled": "false", "spark.master": "local[1]"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -204,12 +202,11 @@ def run_command(args) -> int:
 def _supervise(pipelines, once: bool, secrets) -> int:
     import signal
 
-    from ingest.session import get_session
     from ingest.supervisor import Supervisor
 
-    spark = get_session("ingest-run")
     progress = _ProgressPrinter(secrets)
-    supervisor = Supervisor(spark, pipelines, once, on_report=progress.batch, on_note=progress.note)
+    supervisor = Supervisor(pipelines, once, on_report=progress.batch, on_note=progress.note)
+    supervisor.claim()  # before Spark starts: a second copy or a dead broker fails in a second
     stopped_by = []
 
     def stop(signum, _frame):
@@ -218,9 +215,12 @@ def _supervise(pipelines, once: bool, secrets) -> int:
 
     previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        supervisor.start()
+        from ingest.session import get_session
+
+        supervisor.start(get_session("ingest-run"))
         outcomes = supervisor.wait()
     finally:
+        supervisor.release()
         for number, handler in previous.items():
             signal.signal(number, handler)
     progress.finish()

@@ -25,12 +25,15 @@ DELTA_CONF = {
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
 }
 
+LOG_CONFIG = Path(__file__).parent / "resources" / "log4j2.properties"
+
 LOCAL_DEFAULTS = {
     "spark.sql.shuffle.partitions": "4",
     "spark.driver.memory": "2g",
     "spark.ui.showConsoleProgress": "false",
-    # Kafka's consumer logs every assignment at INFO; keep the console for our lines
-    "spark.driver.extraJavaOptions": "-Dlog4j2.level=warn",
+    # Spark's default log config prints INFO on stdout until setLogLevel runs; ours keeps
+    # stdout for what `ingest` reports
+    "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG_CONFIG}",
 }
 
 

@@ -1,9 +1,9 @@
 """Runs pipelines: one streaming query each in one Spark application.
 
-Before a query starts: take the checkpoint's lease, ask the broker for its
-offsets (failing fast when it is down or refuses the credentials), decide
-where to resume, and apply the retention guard. Then wait, stopping every
-query cleanly on request or when one of them fails.
+`claim` needs no Spark, so it fails fast: take each checkpoint's lease and
+ask the broker for its offsets (it is down, or refuses the credentials).
+`start` then decides where to resume, applies the retention guard and starts
+the queries; `wait` stops every query cleanly on request or when one fails.
 """
 
 from __future__ import annotations
@@ -30,46 +30,61 @@ class Outcome:
 @dataclass
 class _Running:
     pipeline: Pipeline
-    query: object
-    processor: object
     lease: Lease
-    catch_up: CatchUp
+    watermarks: dict
+    catch_up: CatchUp | None = None
+    query: object = None
+    processor: object = None
     batches: int = 0
 
 
 class Supervisor:
-    def __init__(self, spark, pipelines: list[Pipeline], once: bool,
+    def __init__(self, pipelines: list[Pipeline], once: bool,
                  on_report: Callable[[BatchReport, CatchUp], None],
                  on_note: Callable[[str], None]):
-        self.spark, self.pipelines, self.once = spark, pipelines, once
+        self.pipelines, self.once = pipelines, once
         self.on_report, self.on_note = on_report, on_note
+        self.spark = None
         self.running: list[_Running] = []
         self._stop = threading.Event()
 
-    def start(self) -> None:
-        for pipeline in self.pipelines:
-            self.running.append(self._start_one(pipeline))
-
-    def _start_one(self, pipeline: Pipeline) -> _Running:
-        lease = Lease(pipeline.name, pipeline.checkpoint)
-        lease.acquire()
+    def claim(self) -> None:
+        """Leases and broker checks for every pipeline; on any failure none is held."""
         try:
-            watermarks = recovery.fetch_watermarks(pipeline)
-            plan = recovery.plan_start(self.spark, pipeline, watermarks)
-            for note in plan.notes + recovery.check_gaps(pipeline, plan):
-                self.on_note(note)
-            lows = {t: {p: low for p, (low, _) in parts.items()} for t, parts in watermarks.items()}
-            catch_up = CatchUp(pipeline.name, start=plan.resume_from or lows,
+            for pipeline in self.pipelines:
+                lease = Lease(pipeline.name, pipeline.checkpoint)
+                lease.acquire()
+                self.running.append(_Running(pipeline, lease, {}))
+                self.running[-1].watermarks = recovery.fetch_watermarks(pipeline)
+        except BaseException:
+            self.release()
+            raise
+
+    def release(self) -> None:
+        for run in self.running:
+            run.lease.release()
+
+    def start(self, spark) -> None:
+        self.spark = spark
+        try:
+            for run in self.running:
+                self._start_one(run)
+        except BaseException:
+            self._stop_all()
+            raise
+
+    def _start_one(self, run: _Running) -> None:
+        pipeline, watermarks = run.pipeline, run.watermarks
+        plan = recovery.plan_start(self.spark, pipeline, watermarks)
+        for note in plan.notes + recovery.check_gaps(pipeline, plan):
+            self.on_note(note)
+        lows = {t: {p: low for p, (low, _) in parts.items()} for t, parts in watermarks.items()}
+        run.catch_up = CatchUp(pipeline.name, start=plan.resume_from or lows,
                                goal={t: {p: high for p, (_, high) in parts.items()}
                                      for t, parts in watermarks.items()})
-            running = _Running(pipeline, None, None, lease, catch_up)
-            running.query, running.processor = start_query(
-                self.spark, pipeline, once=self.once, starting_offsets=plan.starting_offsets,
-                on_report=lambda report: self._reported(running, report))
-            return running
-        except BaseException:
-            lease.release()
-            raise
+        run.query, run.processor = start_query(
+            self.spark, pipeline, once=self.once, starting_offsets=plan.starting_offsets,
+            on_report=lambda report: self._reported(run, report))
 
     def _reported(self, running: _Running, report: BatchReport) -> None:
         running.batches += 1
@@ -98,9 +113,9 @@ class Supervisor:
 
     def _stop_all(self) -> None:
         for run in self.running:
-            if run.query.isActive:
+            if run.query is not None and run.query.isActive:
                 run.query.stop()
-            run.lease.release()
+        self.release()
 
     def _outcome(self, run: _Running) -> Outcome:
         error = run.query.exception()
