@@ -46,6 +46,11 @@ class BatchSummary:
         return sum(self.by_stage.get(s, 0) for s in dead_letter.FAILURE_STAGES)
 
     @property
+    def counts(self) -> dict[str, int]:
+        """What the batch's commits record in their ledger entry."""
+        return {"read": self.read, "unique": self.unique, **self.by_stage}
+
+    @property
     def good(self) -> int:
         return self.read - self.dead_letters - self.by_stage.get("filtered", 0)
 
@@ -98,7 +103,7 @@ class BatchProcessor:
         try:
             self._batch_offsets = summary.end_offsets
             txn = ledger.batch_txn(self.pipeline.name, self._app_query_id(session), batch_id,
-                                   summary.end_offsets)
+                                   summary.end_offsets, summary.counts)
             self._write_dead_letters(staged, summary, batch_id, txn)
             rows = target_rows(one_per_uid(staged.where(F.col(STAGE).isNull()),
                                            self.pipeline.target.mode, self.pipeline.target.order_by))
