@@ -13,7 +13,7 @@ from ingest import kafka_admin, ledger
 from ingest.checkpoint import read_state
 from ingest.errors import IngestError
 from ingest.merge import table_exists
-from ingest.spec import Pipeline
+from ingest.spec import Pipeline, Target
 
 EARLIEST, LATEST = -2, -1  # Spark's per-partition markers in startingOffsets
 
@@ -55,19 +55,28 @@ def plan_start(spark, pipeline: Pipeline, watermarks: dict[str, dict[int, tuple[
 
 
 def _from_delta_log(spark, pipeline: Pipeline, watermarks) -> StartPlan:
-    target = pipeline.target
-    entries = (ledger.history_entries(spark, target.location, bool(target.table), pipeline.name)
-               if table_exists(spark, target) else [])
+    # Both tables carry the ledger: a batch whose records all went to the dead
+    # letters (or were all duplicates) leaves no target commit.
+    entries = _ledger(spark, pipeline, pipeline.target) + _ledger(spark, pipeline, pipeline.dead_letter)
     recorded = ledger.recorded_offsets(entries)
     if not recorded:
         return StartPlan(None, {})
     offsets = {topic: {p: recorded.get(topic, {}).get(p, _configured_start(pipeline, topic, p))
                        for p in parts}
                for topic, parts in watermarks.items()}
-    note = (f"{pipeline.name}: checkpoint {pipeline.checkpoint} is missing or empty; resuming from the offsets "
-            f"recorded in {target.location}'s Delta log (version {entries[0][0]}) with a new app id: "
+    note = (f"{pipeline.name}: checkpoint {pipeline.checkpoint} is missing or empty; resuming from the "
+            f"offsets recorded in the Delta logs of {pipeline.target.location} and "
+            f"{pipeline.dead_letter.location}, with a new app id: "
             + ", ".join(f"{t}/{p}:{o}" for t, parts in sorted(offsets.items()) for p, o in sorted(parts.items())))
     return StartPlan(offsets, recorded, [note])
+
+
+def _ledger(spark, pipeline: Pipeline, table) -> list:
+    """This pipeline's ledger entries in a target or dead-letter table, if it exists."""
+    location = Target(path=table.path, table=table.table)
+    if not table_exists(spark, location):
+        return []
+    return ledger.history_entries(spark, table.location, bool(table.table), pipeline.name)
 
 
 def _configured_start(pipeline: Pipeline, topic: str, partition: int) -> int:

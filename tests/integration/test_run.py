@@ -173,3 +173,20 @@ def test_two_pipelines_in_one_session_do_not_mix_txn_settings(spark, kafka, send
                    .history().where("operation = 'MERGE'").collect()]
         assert {e["pipeline"] for e in entries} == {p.name}
     assert spark.conf.get("spark.databricks.delta.write.txnAppId", None) is None
+
+
+def test_tables_are_readable_by_an_independent_delta_reader(spark, sender, pipeline):
+    from deltalake import DeltaTable as RustDeltaTable
+
+    for i in range(10):
+        sender.send(order(i), uid=f"u-{i}", partition=i % 2)
+    sender.send(b"[broken", uid="bad")
+    sender.flush()
+    run_once(spark, pipeline)
+
+    for path in (pipeline.target.path, pipeline.dead_letter.path):
+        rust = RustDeltaTable(path).to_pyarrow_table()
+        spark_rows = table(spark, path).count()
+        assert rust.num_rows == spark_rows
+    uids = sorted(RustDeltaTable(pipeline.target.path).to_pyarrow_table().column("_uid").to_pylist())
+    assert uids == sorted(f"u-{i}" for i in range(10))

@@ -1,0 +1,82 @@
+"""`ingest run` as a separate process, so tests can crash it for real."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write_pipeline(folder: Path, topic: str, name: str = "crashy", **overrides) -> Path:
+    """A pipeline file over `topic`, its tables under `folder`."""
+    document = {
+        "name": name,
+        "source": {"kafka": {"bootstrap_servers": "${KAFKA_BOOTSTRAP}", "topics": [topic],
+                             "max_offsets_per_trigger": 500},
+                   "format": "json",
+                   "schema": "order_id STRING NOT NULL, amount DOUBLE, ts TIMESTAMP"},
+        "uid": {"header": "message-id"},
+        "target": {"path": str(folder / "tables" / name)},
+        "checkpoint": str(folder / "checkpoints" / name),
+        "dead_letter": {"path": str(folder / "dead_letter" / name)},
+    }
+    for key, value in overrides.items():
+        document[key] = {**document.get(key, {}), **value} if isinstance(value, dict) else value
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
+
+
+class IngestProcess:
+    """One `ingest run` in its own process group, its output in a log file."""
+
+    def __init__(self, pipeline_file: Path, bootstrap: str, log: Path, *, once: bool = True,
+                 fault: str | None = None, extra_env: dict | None = None):
+        env = {**os.environ, "KAFKA_BOOTSTRAP": bootstrap, "PYTHONUNBUFFERED": "1",
+               **(extra_env or {})}
+        env.pop("INGEST_FAULT", None)
+        if fault:
+            env["INGEST_FAULT"] = fault
+        command = [sys.executable, "-m", "ingest", "run", str(pipeline_file)] + (["--once"] if once else [])
+        self.log = log
+        with open(log, "ab") as out:
+            self.process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def wait(self, timeout: float = 300) -> int:
+        try:
+            return self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"ingest run still running after {timeout}s; log:\n{self.output()[-3000:]}")
+
+    def kill(self) -> None:
+        """SIGKILL the whole group: the Python driver and its JVM, as a machine crash would."""
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait(timeout=30)
+
+    def terminate(self) -> None:
+        self.process.send_signal(signal.SIGTERM)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def wait_for(condition, timeout: float, what: str, poll: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(poll)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
