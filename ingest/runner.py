@@ -11,8 +11,9 @@ from __future__ import annotations
 import logging
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -244,21 +245,18 @@ def start_query(spark, pipeline: Pipeline, once: bool = False,
     return query, processor
 
 
-class _session_conf:
-    """Per-pipeline Spark settings: the query clones the session at start, so set
-    them just for the start and put the old values back."""
-
-    def __init__(self, spark, settings):
-        self.spark, self.settings, self.saved = spark, dict(settings), {}
-
-    def __enter__(self):
-        for key, value in self.settings.items():
-            self.saved[key] = self.spark.conf.get(key, None)
-            self.spark.conf.set(key, str(value))
-
-    def __exit__(self, *exc):
-        for key, value in self.saved.items():
+@contextmanager
+def _session_conf(spark, settings) -> Iterator[None]:
+    """Per-pipeline Spark settings: a query clones the session when it starts, so
+    set them just around the start and put the old values back."""
+    saved = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, str(value))
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
             if value is None:
-                self.spark.conf.unset(key)
+                spark.conf.unset(key)
             else:
-                self.spark.conf.set(key, value)
+                spark.conf.set(key, value)
