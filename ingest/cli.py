@@ -477,5 +477,74 @@ def _audit_figure(value) -> str:
     return "-" if value is None else str(value)
 
 
+# --- verify ---------------------------------------------------------------------
+
+
+def add_verify(commands, environment: argparse.ArgumentParser) -> None:
+    command = commands.add_parser(
+        "verify", parents=[environment], help="audit the target and dead letters against the topic",
+        description="Read the topic (read_committed) and check that every record it holds is in "
+        "the target (by uid), the dead letters (by offset) or the transform.where filter: "
+        "duplicate uids, missing uids, unaccounted offsets. Records the pipeline has not consumed "
+        "yet are counted, not audited. Exit 1 on any finding.")
+    command.add_argument("file", metavar="FILE", help="a pipeline file")
+    command.add_argument("--json", action="store_true", help="print the report as JSON")
+    command.set_defaults(run=verify_command)
+
+
+def verify_command(args) -> int:
+    from ingest.errors import IngestError
+    from ingest.session import get_session
+    from ingest.verify import verify
+
+    pipeline = read_pipeline(args.file, settings=load_settings(args.env, args.conf_dir)).pipeline
+    try:
+        report = verify(get_session("ingest-verify"), pipeline)
+    except IngestError as error:  # broker down or refusing us
+        print(f"error: {mask(str(error), pipeline.secret_values)}", file=sys.stderr)
+        return CHECK_FAILED
+    text = _json(report.to_dict()) if args.json else render_verify(report)
+    print(mask(text, pipeline.secret_values))
+    return OK if report.ok else CHECK_FAILED
+
+
+def render_verify(report) -> str:
+    r = report
+    audited = r.topic_records - r.not_yet_ingested - r.before_start
+    figures = [
+        ("topic records", r.topic_records, f"{audited} audited, {r.not_yet_ingested} not yet ingested, "
+                                           f"{r.before_start} before the start"),
+        ("unique uids", r.unique_uids, "of the audited records"),
+        ("target rows", r.target_rows, ""),
+        ("dead letters", r.dead_letters, ""),
+        ("filtered", r.filtered, "by transform.where"),
+        ("duplicate uids", r.duplicates, "uids with more than one target row"),
+        ("missing uids", r.missing, "in neither the target, the dead letters nor the filter"),
+        ("unaccounted offsets", r.unaccounted, "records in none of the three"),
+        ("dead-letter copies", r.dead_letter_duplicates, "offsets with more than one dead letter"),
+    ]
+    verdict = "OK" if r.ok else "FAILED"
+    lines = [f"verify {r.pipeline}: {verdict}"]
+    lines += [f"  {name:<20}{value:>10}  {note}".rstrip() for name, value, note in figures]
+    examples = [
+        ("duplicate uids", [f"{e.uid}: {e.rows} rows" for e in r.duplicate_examples]),
+        ("missing uids", [f"{e.uid} (first at {e.topic}/{e.partition}@{e.offset})" for e in r.missing_examples]),
+        ("unaccounted offsets", [f"{e.topic}/{e.partition}@{e.offset}: {e.why}" for e in r.unaccounted_examples]),
+        ("dead-letter copies", [f"{e.topic}/{e.partition}@{e.offset}: {e.rows} rows"
+                                for e in r.dead_letter_duplicate_examples]),
+    ]
+    for title, shown in examples:
+        if shown:
+            lines += [f"{title} (first {len(shown)}):"] + [f"  {line}" for line in shown]
+    lines += [f"note: {note}" for note in r.notes]
+    return "\n".join(lines)
+
+
+def _json(value) -> str:
+    import json
+
+    return json.dumps(value, indent=2, default=str)
+
+
 # Other subcommands (run, status, verify, produce, demo, jars) are added here.
-SUBCOMMANDS = (add_validate, add_plan, add_run, add_produce, add_demo)
+SUBCOMMANDS = (add_validate, add_plan, add_run, add_produce, add_demo, add_verify)
