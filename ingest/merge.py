@@ -7,6 +7,7 @@ position), so an old record arriving late never overwrites a newer one.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from pyspark.sql import DataFrame
@@ -17,6 +18,7 @@ from ingest.merge_condition import merge_condition, upsert_condition
 from ingest.spec import Pipeline, Target
 from ingest.uid import UID
 
+_NAME_PART = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|`[^`]+`")
 COORDINATE_COLUMNS = ("_topic", "_partition", "_offset", "_kafka_timestamp", "_ingested_at")
 
 
@@ -55,12 +57,22 @@ def table_exists(session, target: Target) -> bool:
     return DeltaTable.isDeltaTable(session, target.path)
 
 
+def builder_name(table: str) -> str:
+    """OSS Delta's table builder parses `[db.]table` only, in the session catalog:
+    `spark_catalog.db.t` is given as `db.t`, the same table. Other names pass as
+    they are (Databricks documents `catalog.schema.table` for its builder)."""
+    parts = _NAME_PART.findall(table)
+    if len(parts) == 3 and parts[0].strip("`").lower() == "spark_catalog":
+        return ".".join(parts[1:])
+    return table
+
+
 def create_table(session, target: Target, rows: DataFrame) -> None:
     """Create the target with the batch's columns, if no one has yet."""
     from delta.tables import DeltaTable
 
     builder = DeltaTable.createIfNotExists(session)
-    builder = builder.tableName(target.table) if target.table else builder.location(target.path)
+    builder = builder.tableName(builder_name(target.table)) if target.table else builder.location(target.path)
     builder = builder.addColumns(rows.schema)
     if target.partition_by:
         builder = builder.partitionedBy(*target.partition_by)
