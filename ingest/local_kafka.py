@@ -70,6 +70,8 @@ class LocalKafka:
         if self.work_dir is None:
             self.work_dir = Path(tempfile.mkdtemp(prefix="ingest-kafka-"))
             self._owns_work_dir = True
+        self.work_dir = Path(self.work_dir)
+        self.work_dir.mkdir(parents=True, exist_ok=True)
         if self._ports is None:
             self._ports = (free_port(), free_port())
         self.bootstrap = f"127.0.0.1:{self._ports[0]}"
