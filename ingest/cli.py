@@ -420,9 +420,9 @@ def add_demo(commands, environment: argparse.ArgumentParser) -> None:
                          "(default: ./.ingest/demo)")
     command.add_argument("--pipeline", default=None, metavar="FILE",
                          help="the pipeline to run (default: pipelines/orders.yaml)")
-    command.add_argument("--orders", type=_positive_int, default=600, help="sample orders (default: 600)")
-    command.add_argument("--max-offsets", type=_positive_int, default=150, metavar="N",
-                         help="offsets per batch, so there are several (default: 150)")
+    command.add_argument("--orders", type=_positive_int, default=400, help="sample orders (default: 400)")
+    command.add_argument("--max-offsets", type=_positive_int, default=200, metavar="N",
+                         help="offsets per batch, so there are several (default: 200)")
     command.set_defaults(run=demo_command)
 
 

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 import uuid
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
 
 from ingest.spec import DeadLetter, KafkaSource, Pipeline, Source, Target, Uid
+
+PROJECT = Path(__file__).resolve().parents[2]
 
 
 class Sender:
@@ -81,3 +88,28 @@ def table(spark, path):
 
 def with_target(pipeline, **changes):
     return replace(pipeline, target=replace(pipeline.target, **changes))
+
+
+@dataclass(frozen=True)
+class DemoRun:
+    root: Path
+    exit_code: int
+    output: str
+
+    def figure(self, name: str) -> int | None:
+        """A count from the demo's closing table, e.g. figure("rows in the target")."""
+        for line in self.output.splitlines():
+            match = re.fullmatch(rf"\s*{re.escape(name)}\s+(\d+)\b.*", line)
+            if match:
+                return int(match.group(1))
+        return None
+
+
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory):
+    """One `ingest demo` (a child process, its own broker) for the demo and notebook tests."""
+    root = tmp_path_factory.mktemp("demo")
+    env = {k: v for k, v in os.environ.items() if k not in ("INGEST_FAULT", "DATA_ROOT")}
+    done = subprocess.run([sys.executable, "-m", "ingest", "demo", "--data-root", str(root)],
+                          cwd=PROJECT, env=env, capture_output=True, text=True, timeout=1500)
+    return DemoRun(root, done.returncode, done.stdout + done.stderr)

@@ -1,0 +1,53 @@
+"""`ingest demo` end to end (one run, shared with the notebook tests): its counts are
+checked in the tables it leaves, not only in what it prints."""
+
+import json
+
+from delta.tables import DeltaTable
+from pyspark.sql import functions as F
+
+from ingest.demo import MALFORMED
+
+ORDERS = 400  # the demo's default
+MALFORMED_COUNT = sum(len(values) for values in MALFORMED.values()) + 3  # + 3 without a uid header
+RETRIES = 27  # in the first half, orders n % 15 == 7 are re-sent at once, n % 15 == 3 much later
+PRODUCED = ORDERS + RETRIES + MALFORMED_COUNT  # what a read_committed reader sees
+
+
+def test_demo_finishes_and_says_exactly_once(demo_run):
+    assert demo_run.exit_code == 0, demo_run.output[-3000:]
+    out = demo_run.output
+    assert "run 1 died as planned" in out
+    assert "exactly once: every uid once, nothing missing" in out
+    assert f"{demo_run.root}/tables/orders" in out
+    assert demo_run.figure("records produced") == PRODUCED
+    assert demo_run.figure("rows in the target") == ORDERS
+    assert demo_run.figure("dead letters") == MALFORMED_COUNT
+    assert [demo_run.figure(name) for name in ("duplicates", "missing", "unaccounted offsets")] == [0, 0, 0]
+
+
+def test_target_holds_each_order_once_and_nothing_of_the_aborted_transaction(spark, demo_run):
+    orders = spark.read.format("delta").load(str(demo_run.root / "tables" / "orders"))
+    figures = orders.agg(F.count(F.lit(1)).alias("rows"), F.countDistinct("_uid").alias("uids"),
+                         F.countDistinct("order_id").alias("orders"),
+                         F.max("order_id").alias("last")).first()
+    assert (figures.rows, figures.uids, figures.orders) == (ORDERS, ORDERS, ORDERS)
+    assert figures.last == f"o-{ORDERS - 1:05d}"  # the aborted transaction's orders come after
+
+
+def test_every_malformed_record_is_one_dead_letter_with_its_bytes(spark, demo_run):
+    dead = spark.read.format("delta").load(str(demo_run.root / "dead_letter" / "orders"))
+    stages = {r.stage: r["count"] for r in dead.groupBy("stage").count().collect()}
+    assert stages == {"decode": MALFORMED_COUNT - 3, "uid": 3}
+    assert dead.select("_partition", "_offset").distinct().count() == MALFORMED_COUNT
+    values = {bytes(r.value) for r in dead.select("value").collect()}
+    assert set(MALFORMED["bad JSON"]) <= values
+
+
+def test_the_crashed_batch_committed_once_and_the_batches_read_every_record(spark, demo_run):
+    history = DeltaTable.forPath(spark, str(demo_run.root / "tables" / "orders")).history()
+    entries = [json.loads(r.userMetadata) for r in history.where("operation = 'MERGE'").collect()]
+    batch_ids = sorted(e["batch_id"] for e in entries)
+    assert batch_ids == list(range(len(batch_ids))) and len(batch_ids) >= 3
+    assert sum(e["counts"]["read"] for e in entries) == PRODUCED
+    assert (demo_run.root / "logs" / "run-1.log").is_file()

@@ -1,0 +1,46 @@
+"""The analysts' notebooks run top to bottom on fresh demo output, as committed (no outputs)."""
+
+import ast
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("*.ipynb"))
+PUBLIC_MODULES = {"ingest.notebook", "ingest.produce"}
+
+
+def code_cells(path):
+    return [cell for cell in nbformat.read(path, as_version=4).cells if cell.cell_type == "code"]
+
+
+def test_there_are_four_notebooks():
+    assert [p.stem for p in NOTEBOOKS] == ["01_explore", "02_trace_a_row", "03_dead_letters",
+                                          "04_batches_chart"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_committed_without_outputs_and_public_imports_only(path):
+    for cell in code_cells(path):
+        assert cell.outputs == [] and cell.execution_count is None, f"{path.name} has outputs"
+        for node in ast.walk(ast.parse(cell.source)):
+            if isinstance(node, ast.ImportFrom) and node.module.startswith("ingest"):
+                assert node.module in PUBLIC_MODULES, f"{path.name} imports {node.module}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_runs_top_to_bottom_on_the_demo_tables(path, demo_run, monkeypatch):
+    assert demo_run.exit_code == 0, demo_run.output[-3000:]
+    monkeypatch.setenv("DATA_ROOT", str(demo_run.root))  # the kernel inherits it
+    notebook = nbformat.read(path, as_version=4)
+    # kernel "python3" with argv[0] "python" is started with this interpreter (jupyter_client)
+    NotebookClient(notebook, timeout=600, kernel_name="python3",
+                   resources={"metadata": {"path": str(path.parent)}}).execute()
+
+    outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+    assert str(demo_run.root) in text
+    if path.stem == "04_batches_chart":
+        assert any("image/png" in o.get("data", {}) for o in outputs), "no chart drawn"
