@@ -171,8 +171,9 @@ class LocalKafka:
 
     def _format_storage(self, classpath: str, config: Path) -> None:
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        # `=`: an id may start with "-" (1 in 64), which argparse would take for an option
         command = ["java", "-cp", classpath, "kafka.tools.StorageTool", "format",
-                   "-t", cluster_id, "-c", str(config)]
+                   f"--cluster-id={cluster_id}", "-c", str(config)]
         done = subprocess.run(command, capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
             raise BrokerError(f"formatting Kafka storage failed:\n{done.stdout}{done.stderr}")
