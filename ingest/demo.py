@@ -361,9 +361,11 @@ def run_pipeline(python: str, pipeline_file: Path, environ: dict[str, str], log:
 
 
 def _stop(child: subprocess.Popen) -> None:
-    """On Ctrl-C the child got SIGINT too and stops cleanly; give it time, then insist."""
+    """Interrupted: ask the child to stop cleanly (SIGINT, as Ctrl-C in a terminal
+    does), give it time, then insist."""
     if child.poll() is not None:
         return
+    child.send_signal(signal.SIGINT)
     try:
         child.wait(timeout=60)
     except subprocess.TimeoutExpired:

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+from confluent_kafka import KafkaException, Producer
+
 from ingest.errors import IngestError
 
 UID_HEADER = "message-id"
@@ -220,9 +222,15 @@ class Deliveries:
         if error is None:
             self.delivered += 1
             return
-        self.failed += 1
         where = f"{message.topic()}[{message.partition()}]" if message is not None else "?"
-        text = f"{where}: {error.str()}"
+        self._count(f"{where}: {error.str()}")
+
+    def refused(self, topic: str, reason: str) -> None:
+        """A record the producer refused to queue."""
+        self._count(f"{topic}: {reason}")
+
+    def _count(self, text: str) -> None:
+        self.failed += 1
         if text in self.by_error or len(self.by_error) < MAX_ERRORS_KEPT:
             self.by_error[text] = self.by_error.get(text, 0) + 1
 
@@ -240,8 +248,6 @@ class Sender:
     """
 
     def __init__(self, config: dict, transactional_id: str | None = None, timeout_s: float = 60):
-        from confluent_kafka import Producer
-
         settings = {**PRODUCER_DEFAULTS, **config}
         if transactional_id:
             settings["transactional.id"] = transactional_id
@@ -254,8 +260,6 @@ class Sender:
 
     def check_topic(self, topic: str) -> int:
         """The topic's partition count; ProduceError if the broker or the topic is not there."""
-        from confluent_kafka import KafkaException
-
         try:
             metadata = self._producer.list_topics(topic, timeout=self.timeout_s)
         except KafkaException as error:
@@ -276,6 +280,11 @@ class Sender:
                 break
             except BufferError:  # the local queue is full: let deliveries drain it
                 self._producer.poll(0.1)
+            except KafkaException as error:  # refused before sending, e.g. too large
+                if error.args[0].fatal():
+                    raise ProduceError(f"fatal producer error: {error.args[0].str()}") from None
+                self.deliveries.refused(topic, error.args[0].str())
+                break
         self._producer.poll(0)
 
     def begin(self) -> None:
@@ -283,8 +292,6 @@ class Sender:
 
     def commit(self) -> bool:
         """Commit the open transaction; on a refusal abort it and return False."""
-        from confluent_kafka import KafkaException
-
         try:
             self._producer.commit_transaction(self.timeout_s)
             return True
@@ -306,8 +313,6 @@ class Sender:
         self._producer.poll(0)
 
     def _call(self, what: str, method, *args) -> None:
-        from confluent_kafka import KafkaException
-
         try:
             method(*args)
         except KafkaException as error:

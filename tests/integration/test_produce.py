@@ -167,3 +167,15 @@ def test_cli_missing_topic_is_bad_input(kafka, tmp_path, capsys):
 
     assert code == 2
     assert "is not available" in capsys.readouterr().err
+
+
+def test_a_record_the_client_refuses_is_a_failure_and_the_rest_are_sent(kafka, topic, tmp_path, capsys):
+    path = write_jsonl(tmp_path, orders(2) + [{"order_id": "big", "note": "x" * 3000}] + orders(1, 2))
+    code = main(["produce", str(path), "--topic", topic, "--bootstrap", kafka.bootstrap,
+                 "-X", "message.max.bytes=2000"])
+
+    captured = capsys.readouterr()
+    assert code == 1
+    assert "3 of 4 record(s) delivered, 1 failed" in captured.out
+    assert f"error: {topic}: " in captured.err and "(1 record)" in captured.err
+    assert len(consume_all(kafka, topic)) == 3
