@@ -156,8 +156,8 @@ def _scope(spark, pipeline: Pipeline, target_exists: bool) -> tuple[DataFrame, t
                if target_exists else [])
     ends = ledger.recorded_offsets(entries)
     starts, notes = _starts(spark, pipeline)
-    rows = [(t, p, starts.get(t, {}).get(p), ends.get(t, {}).get(p))
-            for t, p in sorted({(t, p) for side in (starts, ends) for t, parts in side.items() for p in parts})]
+    keys = sorted({(t, p) for side in (starts, ends) for t, parts in side.items() for p in parts})
+    rows = [(t, p, starts.get(t, {}).get(p), ends.get(t, {}).get(p)) for t, p in keys]
     return spark.createDataFrame(rows, "topic STRING, partition INT, start LONG, end LONG"), notes
 
 

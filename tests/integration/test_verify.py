@@ -73,7 +73,8 @@ def test_tampered_tables_are_found_and_exit_1(spark, sender, pipeline, tmp_path,
     assert report.duplicate_examples == (Duplicate("u-2", 2),)
     assert report.missing_examples == (Missing("u-1", topic, 0, 0),)
     found = [(e.topic, e.partition, e.offset, e.why) for e in report.unaccounted_examples]
-    assert found[:2] == [(topic, 0, 0, "uid u-1 is not in the target"), (topic, 1, 1, "uid u-1 is not in the target")]
+    not_in_target = "uid u-1 is not in the target"
+    assert found[:2] == [(topic, 0, 0, not_in_target), (topic, 1, 1, not_in_target)]
     assert found[2][:3] == (topic, 1, 2)
     assert found[2][3].startswith("a transform failure (") and "not in the dead letters" in found[2][3]
 
