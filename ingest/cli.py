@@ -579,15 +579,17 @@ def render_verify(report) -> str:
     lines = [f"verify {r.pipeline}: {verdict}"]
     lines += [f"  {name:<20}{value:>10}  {note}".rstrip() for name, value, note in figures]
     examples = [
-        ("duplicate uids", [f"{e.uid}: {e.rows} rows" for e in r.duplicate_examples]),
-        ("missing uids", [f"{e.uid} (first at {e.topic}/{e.partition}@{e.offset})" for e in r.missing_examples]),
-        ("unaccounted offsets", [f"{e.topic}/{e.partition}@{e.offset}: {e.why}" for e in r.unaccounted_examples]),
-        ("dead-letter copies", [f"{e.topic}/{e.partition}@{e.offset}: {e.rows} rows"
-                                for e in r.dead_letter_duplicate_examples]),
+        ("duplicate uids", r.duplicates, [f"{e.uid}: {e.rows} rows" for e in r.duplicate_examples]),
+        ("missing uids", r.missing,
+         [f"{e.uid} (first at {e.topic}/{e.partition}@{e.offset})" for e in r.missing_examples]),
+        ("unaccounted offsets", r.unaccounted,
+         [f"{e.topic}/{e.partition}@{e.offset}: {e.why}" for e in r.unaccounted_examples]),
+        ("dead-letter copies", r.dead_letter_duplicates,
+         [f"{e.topic}/{e.partition}@{e.offset}: {e.rows} rows" for e in r.dead_letter_duplicate_examples]),
     ]
-    for title, shown in examples:
+    for title, count, shown in examples:
         if shown:
-            lines += [f"{title} (first {len(shown)}):"] + [f"  {line}" for line in shown]
+            lines += [f"{title} (first {len(shown)} of {count}):"] + [f"  {line}" for line in shown]
     lines += [f"note: {note}" for note in r.notes]
     return "\n".join(lines)
 
