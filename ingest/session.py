@@ -31,6 +31,9 @@ LOCAL_DEFAULTS = {
     "spark.sql.shuffle.partitions": "4",
     "spark.driver.memory": "2g",
     "spark.ui.showConsoleProgress": "false",
+    # Delta rebuilds the table's file list (log replay) in 50 tasks by default, several
+    # times per MERGE; on a local machine that is most of a small batch (bench/README.md)
+    "spark.databricks.delta.snapshotPartitions": "4",
     # Spark's default log config prints INFO on stdout until setLogLevel runs; ours keeps
     # stdout for what `ingest` reports
     "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG_CONFIG}",
