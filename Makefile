@@ -28,6 +28,7 @@ demo: setup
 	$(BIN)/python -m ingest demo
 
 bench: setup
+	$(BIN)/pip install -q -c requirements.lock -e '.[bench]'
 	bench/run --quick
 
 clean:
