@@ -1,0 +1,220 @@
+"""`bench/run [--quick]`: side-by-side runs on the same data, reported as ratios.
+
+Order of a run: start the embedded broker and pre-produce the topics once;
+R4 (fresh processes, before this process starts its own Spark); then one Spark
+application (local[2]) for a warm-up, the throughput legs, a profiled ingest
+run, and R2. Writes bench/results.json, prints the table, draws
+bench/merge_time.png and puts the figures into bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+sys.path.insert(0, str(REPO))
+
+import datagen  # noqa: E402
+import driver_profile  # noqa: E402
+import first_commit  # noqa: E402
+import merge_scale  # noqa: E402
+import report  # noqa: E402
+from legs import LEG_FUNCTIONS, THROUGHPUT_LEGS, Topic, audit, fresh_dir  # noqa: E402
+from meter import Meter, SqlMetrics, merge_files  # noqa: E402
+
+PARTITIONS = 2
+BENCH_SPARK_CONF = {
+    "spark.driver.memory": "3g",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.ui.retainedExecutions": "2000",
+}
+PARTS = ("r4", "legs", "profile", "r2")
+
+
+@dataclass(frozen=True)
+class Scale:
+    name: str
+    records: int  # throughput topic, committed records
+    max_offsets: int  # max_offsets_per_trigger for every Spark leg
+    r2_rows: int
+    r2_files: int
+    r2_batch: int
+    r2_steps: int  # the large table is appended in this many parts: the plot's table sizes
+    r4_records: int
+
+
+QUICK = Scale("quick", records=100_000, max_offsets=50_000, r2_rows=2_000_000, r2_files=20,
+              r2_batch=50_000, r2_steps=2, r4_records=1_000)
+FULL = Scale("full", records=2_000_000, max_offsets=200_000, r2_rows=10_000_000, r2_files=100,
+             r2_batch=200_000, r2_steps=4, r4_records=1_000)
+SMOKE = Scale("smoke", records=20_000, max_offsets=10_000, r2_rows=200_000, r2_files=8,
+              r2_batch=5_000, r2_steps=2, r4_records=200)
+
+
+@dataclass
+class Bench:
+    spark: object
+    kafka: object
+    work: Path
+    sql: SqlMetrics
+    max_offsets: int
+    partitions: int = PARTITIONS
+
+
+def log(text: str) -> None:
+    print(text, flush=True)
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(prog="bench/run", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a smaller run (under 10 minutes on 2 cores)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="a tiny run that checks the bench itself works; its figures mean nothing")
+    parser.add_argument("--reps", type=int, default=3, help="repetitions of every leg (default 3)")
+    parser.add_argument("--only", default=",".join(PARTS),
+                        help=f"comma-separated parts to run (default all: {','.join(PARTS)})")
+    parser.add_argument("--keep-work", action="store_true", help="keep bench/work/ (tables, logs) afterwards")
+    parser.add_argument("--no-write", action="store_true",
+                        help="print only: leave results.json, the plot and README.md as they are")
+    return parser.parse_args(argv)
+
+
+def machine() -> dict:
+    import confluent_kafka
+    import delta
+    import pyspark
+    from importlib.metadata import version
+
+    java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor())
+    del delta
+    return {
+        "cpu": cpu, "cores": os.cpu_count(),
+        "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+        "os": f"{platform.system()} {platform.release()}", "python": platform.python_version(),
+        "java": java[0] if java else "java ?", "pyspark": pyspark.__version__,
+        "delta_spark": version("delta-spark"), "confluent_kafka": confluent_kafka.version()[0],
+        "load_start": round(os.getloadavg()[0], 1),
+    }
+
+
+def produce(kafka, work: Path, name: str, records: int) -> tuple[Topic, datagen.Produced]:
+    datagen.create_topic(kafka.client_config(), name, PARTITIONS)
+    produced = datagen.produce_topic(kafka.client_config(), name, records, True, work)
+    return Topic(name, PARTITIONS, produced.sent, produced.unique, produced.uids_file), produced
+
+
+def warm_up(bench: Bench, topic: Topic) -> None:
+    """JIT and class loading belong to no leg: one untimed pass of each Spark leg."""
+    for leg in ("spark_noop", "plain_append", "ingest"):
+        LEG_FUNCTIONS[leg](bench, topic, fresh_dir(bench.work / "warm-up" / leg))
+
+
+def run_leg(bench: Bench, leg: str, topic: Topic, rep: int) -> dict:
+    root = fresh_dir(bench.work / "legs" / f"{leg}-{rep}")
+    bench.sql.mark()
+    with Meter(None if leg == "raw_consume" else bench.spark) as meter:
+        outcome = LEG_FUNCTIONS[leg](bench, topic, root)
+    usage = meter.usage
+    if outcome.records != topic.records:
+        raise RuntimeError(f"{leg} read {outcome.records} records, the topic has {topic.records}")
+    run = {"leg": leg, "rep": rep, "records": outcome.records, "seconds": round(usage.seconds, 3),
+           "records_per_second": round(outcome.records / usage.seconds, 1),
+           "cpu_seconds": round(usage.cpu_seconds, 2),
+           "cpu_seconds_per_million": round(usage.cpu_seconds / outcome.records * 1e6, 2),
+           "rss_peak_mb": round(usage.rss_peak_mb), "heap_peak_mb": usage.heap_peak_mb and round(usage.heap_peak_mb),
+           **outcome.extra}
+    if leg.startswith("ingest"):
+        run["files_scanned_per_batch"] = [m["files_scanned"] for m in merge_files(bench.sql.since_mark())]
+    if outcome.target:
+        run["audit"] = audit(bench.spark, outcome.target, topic.uids_file)
+    shutil.rmtree(root, ignore_errors=True)
+    return run
+
+
+def run_legs(bench: Bench, topic: Topic, reps: int) -> dict:
+    runs = []
+    for rep in range(reps):
+        for leg in THROUGHPUT_LEGS if rep % 2 == 0 else THROUGHPUT_LEGS[::-1]:
+            run = run_leg(bench, leg, topic, rep)
+            audit_note = (f", duplicates {run['audit']['duplicate_uids']}, missing {run['audit']['missing_uids']}"
+                          if "audit" in run else "")
+            log(f"  {leg:13} rep {rep}: {run['seconds']:6.1f}s, {run['records_per_second']:9,.0f} records/s, "
+                f"CPU {run['cpu_seconds']:.0f}s{audit_note}")
+            runs.append(run)
+    return {"runs": runs}
+
+
+def spark_session():
+    from ingest.session import get_session
+
+    return get_session("ingest-bench", conf=BENCH_SPARK_CONF, master="local[2]")
+
+
+def run(args) -> dict:
+    from ingest.local_kafka import LocalKafka
+
+    scale = SMOKE if args.smoke else QUICK if args.quick else FULL
+    parts = set(args.only.split(","))
+    work = fresh_dir(BENCH / "work")
+    started = time.perf_counter()
+    results = {"scale": asdict(scale), "reps": args.reps, "machine": machine(),
+               "started_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    with LocalKafka(work_dir=fresh_dir(work / "kafka")) as kafka:
+        log(f"producing {scale.records:,} records ({scale.name} run)")
+        topic, produced = produce(kafka, work, "bench-events", scale.records)
+        small, _ = produce(kafka, work, "bench-small", scale.r4_records)
+        results["data"] = {"topic": topic.name, "records": topic.records, "unique": topic.unique,
+                           "aborted": produced.aborted, "value_bytes": produced.value_bytes,
+                           "partitions": PARTITIONS, "produce_seconds": round(produced.seconds, 1)}
+        if "r4" in parts:
+            log("R4: time to first commit, fresh processes")
+            results["r4"] = first_commit.run_all(kafka, small.name, scale.r4_records, work, args.reps, log)
+        spark = spark_session()
+        bench = Bench(spark, kafka, work, SqlMetrics(spark), scale.max_offsets)
+        log("warm-up")
+        warm_up(bench, small)
+        if "legs" in parts:
+            log("throughput legs")
+            results["legs"] = run_legs(bench, topic, args.reps)
+        if "profile" in parts:
+            log("profiling one ingest run")
+            results["profile"] = driver_profile.profile_ingest(bench, topic)
+        if "r2" in parts:
+            results["r2"] = merge_scale.run_all(bench, scale, args.reps, log)
+        spark.stop()
+    results["machine"]["load_end"] = round(os.getloadavg()[0], 1)
+    results["elapsed_seconds"] = round(time.perf_counter() - started, 1)
+    return results
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    results = run(args)
+    summary = report.summarize(results)
+    results["summary"] = summary
+    text = report.text_report(results, summary)
+    print("\n" + text)
+    if not args.no_write:
+        (BENCH / "results.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+        if results.get("r2"):
+            report.plot(results, BENCH / "merge_time.png")
+        report.update_readme(BENCH / "README.md", text)
+    if not args.keep_work:
+        shutil.rmtree(BENCH / "work", ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

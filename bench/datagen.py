@@ -1,0 +1,161 @@
+"""Bench data: JSON events pre-produced to the embedded broker, once per bench run.
+
+About 300-byte JSON objects of 10 fields, each stamped with a `message-id`
+header uid: time-ordered (UUIDv7, the default) or random (UUIDv4). 2% of the
+sends are a re-send of a recent record (same uid and payload, new offset), as a
+producer retry would be, and a few transactions are aborted: their records must
+never land. The committed uids are written one per line to `<topic>.uids`, the
+answer `verify_target` checks a table against.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka import Producer
+
+SCHEMA = ("event_id STRING, user_id STRING, session_id STRING, event_type STRING, page STRING, "
+          "referrer STRING, country STRING, device STRING, amount DOUBLE, ts TIMESTAMP")
+UID_HEADER = "message-id"
+DUPLICATE_SHARE = 0.02
+ABORTED_TRANSACTIONS = 3
+ABORTED_RECORDS = 100  # per aborted transaction
+
+_EVENTS = ("view", "click", "add_to_cart", "checkout", "search")
+_COUNTRIES = ("DE", "FR", "US", "GB", "NL", "ES", "IT", "PL", "SE", "JP")
+_DEVICES = ("android", "ios", "desktop-chrome", "desktop-firefox", "tablet")
+
+
+class Uuid7:
+    """RFC 9562 UUIDv7 with a 12-bit counter in rand_a, so uids from one producer
+    are strictly increasing even within a millisecond."""
+
+    def __init__(self):
+        self.last_ms, self.counter = 0, 0
+
+    def __call__(self) -> str:
+        ms = time.time_ns() // 1_000_000
+        if ms > self.last_ms:
+            self.last_ms, self.counter = ms, random.getrandbits(8)
+        else:
+            self.counter += 1
+            if self.counter > 0xFFF:  # counter spent: borrow the next millisecond
+                self.last_ms, self.counter = self.last_ms + 1, 0
+        value = (self.last_ms << 80) | (0x7 << 76) | (self.counter << 64) | (0b10 << 62) | random.getrandbits(62)
+        return str(uuid.UUID(int=value))
+
+
+def uuid4() -> str:
+    return str(uuid.UUID(int=(random.getrandbits(128) & ~(0xF << 76) & ~(0b11 << 62)) | (0x4 << 76) | (0b10 << 62)))
+
+
+def payload(uid: str, ts_ms: int, rnd: random.Random) -> bytes:
+    """One event as compact JSON (about 300 bytes); every value is free of quotes and escapes."""
+    item = rnd.randrange(100_000)
+    ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts_ms // 1000)) + f".{ts_ms % 1000:03d}Z"
+    return (f'{{"event_id":"{uid}","user_id":"user-{rnd.randrange(1_000_000):07d}",'
+            f'"session_id":"{rnd.getrandbits(64):016x}","event_type":"{rnd.choice(_EVENTS)}",'
+            f'"page":"/catalog/category-{item % 97:02d}/item-{item:05d}?variant={rnd.randrange(12)}",'
+            f'"referrer":"https://www.example.com/search?q=item+{item:05d}&page={rnd.randrange(9) + 1}",'
+            f'"country":"{rnd.choice(_COUNTRIES)}","device":"{rnd.choice(_DEVICES)}",'
+            f'"amount":{rnd.uniform(1, 500):.2f},"ts":"{ts}"}}').encode()
+
+
+@dataclass
+class Produced:
+    topic: str
+    sent: int  # records in committed sends, duplicates included
+    unique: int
+    aborted: int
+    uids_file: Path
+    seconds: float
+    value_bytes: int  # mean JSON size
+    extra: dict = field(default_factory=dict)
+
+
+def producer_config(client_config: dict) -> dict:
+    return {**client_config, "enable.idempotence": True, "acks": "all", "linger.ms": 20,
+            "batch.size": 1_000_000, "compression.type": "lz4",
+            "queue.buffering.max.messages": 500_000, "queue.buffering.max.kbytes": 512_000}
+
+
+def _send(producer: Producer, topic: str, value: bytes, uid: str) -> None:
+    while True:
+        try:
+            producer.produce(topic, value=value, headers=[(UID_HEADER, uid.encode())])
+            return
+        except BufferError:  # local queue full: let librdkafka drain it
+            producer.poll(0.05)
+
+
+def _transactional(client_config: dict) -> Producer:
+    txn = Producer({**producer_config(client_config), "transactional.id": f"bench-{uuid.uuid4().hex}"})
+    txn.init_transactions(60)
+    return txn
+
+
+def _abort_one(txn: Producer, topic: str, rnd: random.Random, make_uid) -> None:
+    txn.begin_transaction()
+    for _ in range(ABORTED_RECORDS):
+        uid = make_uid()
+        _send(txn, topic, payload(uid, time.time_ns() // 1_000_000, rnd), uid)
+    txn.flush(30)
+    txn.abort_transaction(30)
+
+
+def produce_topic(client_config: dict, topic: str, records: int, time_ordered: bool, out_dir: Path,
+                  recent: list[tuple[str, int]] = (), seed: int = 7) -> Produced:
+    """`records` committed sends (duplicates included) and a few aborted transactions.
+
+    `recent` (uid, ts_ms) pairs are records already in a target: half of the
+    duplicates re-send one of them, as a retry of the previous batch's record would."""
+    rnd = random.Random(seed)
+    make_uid = Uuid7() if time_ordered else uuid4
+    producer, txn = Producer(producer_config(client_config)), _transactional(client_config)
+    aborts_at = {records * (k + 1) // (ABORTED_TRANSACTIONS + 1) for k in range(ABORTED_TRANSACTIONS)}
+    window: list[tuple[str, bytes]] = []  # recent records, for retries
+    uids_file = out_dir / f"{topic}.uids"
+    started, total_bytes, unique = time.monotonic(), 0, 0
+    with open(uids_file, "w") as uids:
+        for i in range(records):
+            if i in aborts_at:
+                producer.flush(60)
+                _abort_one(txn, topic, rnd, make_uid)
+            if window and rnd.random() < DUPLICATE_SHARE:
+                uid, value = _duplicate(window, recent, rnd)
+            else:
+                uid = make_uid()
+                value = payload(uid, time.time_ns() // 1_000_000, rnd)
+                uids.write(uid + "\n")
+                unique += 1
+                window.append((uid, value))
+                if len(window) > 5000:
+                    del window[:1000]
+            total_bytes += len(value)
+            _send(producer, topic, value, uid)
+    remaining = producer.flush(120)
+    if remaining:
+        raise RuntimeError(f"{remaining} records of {topic} were not delivered")
+    return Produced(topic, records, unique, ABORTED_TRANSACTIONS * ABORTED_RECORDS, uids_file,
+                    time.monotonic() - started, total_bytes // max(records, 1))
+
+
+def _duplicate(window, recent, rnd: random.Random) -> tuple[str, bytes]:
+    if recent and rnd.random() < 0.5:
+        uid, ts_ms = rnd.choice(recent)
+        return uid, payload(uid, ts_ms, rnd)
+    return rnd.choice(window)
+
+
+def create_topic(client_config: dict, name: str, partitions: int) -> None:
+    from ingest.local_kafka import create_topic as create
+
+    create(client_config, name, partitions=partitions)
+
+
+def read_uids(path: Path) -> list[str]:
+    return Path(path).read_text().split()

@@ -1,0 +1,113 @@
+"""R4: time to first commit of `ingest run --once`, against a bare SparkSession
+start plus one Delta write, both as fresh processes timed the same way.
+
+Each side is a new process; the clock runs from its launch until its first
+commit file appears in the table's `_delta_log` (polled every 20 ms): for
+`ingest run`, the first MERGE commit (version 1: version 0 creates the table);
+for the bare side, the write's commit (version 0). Both get their session from
+`ingest.session.get_session` with its local defaults, so both start the same
+JVM with the same jars.
+
+Run as a script, this file is the bare side: `first_commit.py TABLE ROWS`.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from datagen import SCHEMA, UID_HEADER
+
+REPO = Path(__file__).resolve().parent.parent
+COMMIT = "{:020d}.json"
+
+
+def pipeline_yaml(bootstrap: str, topic: str, root: Path) -> str:
+    return "\n".join([
+        "name: bench_first_commit",
+        "source:",
+        "  kafka:",
+        f"    bootstrap_servers: {bootstrap}",
+        f"    topics: [{topic}]",
+        "  format: json",
+        f'  schema: "{SCHEMA}"',
+        "uid:",
+        f"  header: {UID_HEADER}",
+        "target:",
+        f"  path: {root / 'target'}",
+        f"checkpoint: {root / 'checkpoint'}",
+        "dead_letter:",
+        f"  path: {root / 'dead_letter'}",
+        "",
+    ])
+
+
+def ingest_command(bootstrap: str, topic: str, root: Path) -> tuple[list[str], Path]:
+    spec = root / "pipeline.yaml"
+    spec.write_text(pipeline_yaml(bootstrap, topic, root))
+    return [sys.executable, "-m", "ingest", "run", str(spec), "--once"], root / "target" / "_delta_log" / COMMIT.format(1)
+
+
+def bare_command(root: Path, rows: int) -> tuple[list[str], Path]:
+    table = root / "target"
+    return [sys.executable, __file__, str(table), str(rows)], table / "_delta_log" / COMMIT.format(0)
+
+
+def time_to_first_commit(command: list[str], commit: Path, log: Path, timeout: float = 600) -> dict:
+    """Seconds from launch to `commit` existing, and to the process's exit."""
+    started = time.perf_counter()
+    with open(log, "w") as out:
+        process = subprocess.Popen(command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL)
+    first = None
+    try:
+        while process.poll() is None or first is None:
+            if first is None and commit.exists():
+                first = time.perf_counter() - started
+            elif process.poll() is not None:
+                break
+            if time.perf_counter() - started > timeout:
+                raise TimeoutError(f"{command[:4]} still running after {timeout}s; see {log}")
+            time.sleep(0.02)
+        code = process.wait(timeout=max(1.0, timeout - (time.perf_counter() - started)))
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    if code != 0 or first is None:
+        raise RuntimeError(f"{' '.join(command[-3:])} exited {code} before its first commit; see {log}")
+    return {"first_commit_seconds": round(first, 3), "exit_seconds": round(time.perf_counter() - started, 3)}
+
+
+def run_all(kafka, topic: str, rows: int, work: Path, reps: int, log) -> list[dict]:
+    from legs import fresh_dir
+
+    runs = []
+    for rep in range(reps):
+        sides = ("ingest_run", "bare_session_write")
+        for side in sides if rep % 2 == 0 else reversed(sides):
+            root = fresh_dir(work / "r4" / f"{side}-{rep}")
+            command, commit = (ingest_command(kafka.bootstrap, topic, root) if side == "ingest_run"
+                               else bare_command(root, rows))
+            timed = time_to_first_commit(command, commit, root / "output.log")
+            log(f"  {side:18} rep {rep}: first commit {timed['first_commit_seconds']:.1f}s")
+            runs.append({"side": side, "rep": rep, **timed})
+    return runs
+
+
+def bare_write(table: str, rows: int) -> None:
+    from ingest.session import get_session
+
+    spark = get_session("bench-bare")
+    (spark.range(rows).selectExpr("uuid() AS _uid", "id", "current_timestamp() AS ts")
+     .write.format("delta").save(table))
+    spark.stop()
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(REPO))
+    os.chdir(REPO)
+    bare_write(sys.argv[1], int(sys.argv[2]))

@@ -1,0 +1,268 @@
+"""Ratios from the runs, the stdout table, the README figures and the plot.
+
+Every ratio is taken within one repetition (its two runs ran minutes apart at
+most, in alternating order), then the median over repetitions is reported with
+the per-repetition values beside it.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from pathlib import Path
+
+TARGETS = {
+    "R1": (">=", 0.85, "throughput of ingest / plain append to Delta"),
+    "R2": ("<=", 1.2, "one MERGE batch into the large table / into an empty table (UUIDv7, bounded)"),
+    "R3": (">=", 0.35, "throughput of ingest / Spark Kafka source into no-op"),
+    "R4": ("<=", 1.5, "time to first commit of `ingest run` / bare session + one Delta write"),
+}
+README_START, README_END = "<!-- figures:start -->", "<!-- figures:end -->"
+
+
+def _median(values):
+    values = [v for v in values if v is not None]
+    return round(statistics.median(values), 3) if values else None
+
+
+def _per_rep_ratio(runs, key, numerator, denominator, value):
+    by_rep = {}
+    for run in runs:
+        by_rep.setdefault(run["rep"], {})[run[key]] = value(run)
+    ratios = [reps[numerator] / reps[denominator] for _, reps in sorted(by_rep.items())
+              if reps.get(numerator) and reps.get(denominator)]
+    return {"median": _median(ratios), "per_rep": [round(r, 3) for r in ratios]}
+
+
+def _met(name: str, value) -> bool | None:
+    if value is None:
+        return None
+    op, target, _ = TARGETS[name]
+    return value >= target if op == ">=" else value <= target
+
+
+def legs_summary(runs: list[dict]) -> dict:
+    summary = {}
+    for leg in dict.fromkeys(r["leg"] for r in runs):
+        mine = [r for r in runs if r["leg"] == leg]
+        records = mine[0]["records"]
+        audits = [r["audit"] for r in mine if "audit" in r]
+        files = [f for r in mine for f in r.get("files_scanned_per_batch", []) if f is not None]
+        summary[leg] = {
+            "records": records,
+            "seconds": _median([r["seconds"] for r in mine]),
+            "records_per_second": _median([r["records_per_second"] for r in mine]),
+            "cpu_seconds_per_million": _median([r["cpu_seconds_per_million"] for r in mine]),
+            "rss_peak_mb": max(r["rss_peak_mb"] for r in mine),
+            "heap_peak_mb": max((r["heap_peak_mb"] or 0) for r in mine) or None,
+            "files_scanned_per_batch": _median(files),
+            "duplicate_uids": max((a["duplicate_uids"] for a in audits), default=None),
+            "missing_uids": max((a["missing_uids"] for a in audits), default=None),
+        }
+    return summary
+
+
+def _r2_pairs(runs: list[dict], leg: str, value) -> dict:
+    pairs = [r for r in runs if r["leg"] == leg and r["into"] in ("large", "empty")]
+    return _per_rep_ratio(pairs, "into", "large", "empty", value)
+
+
+def r2_summary(r2: dict) -> dict:
+    runs = r2["runs"]
+    summary = {}
+    for leg in dict.fromkeys(r["leg"] for r in runs):
+        mine = [r for r in runs if r["leg"] == leg]
+        summary[leg] = {
+            "batch_ratio": _r2_pairs(runs, leg, lambda r: r["batch_seconds"]),
+            "merge_ratio": _r2_pairs(runs, leg, lambda r: r["merge_seconds"]),
+            **{f"{into}_{what}": _median([r[what] for r in mine if r["into"] == into])
+               for into in ("large", "empty") for what in ("batch_seconds", "merge_seconds", "files_scanned")},
+            "files_in_large_table": _median([r["files_in_table"] for r in mine if r["into"] == "large"]),
+            "audit": next((r["audit"] for r in mine if r.get("audit") and r["into"] == "large"), None),
+        }
+    return summary
+
+
+def ratios(results: dict) -> dict:
+    found = {}
+    legs = results.get("legs", {}).get("runs", [])
+    if legs:
+        throughput = lambda r: r["records_per_second"]  # noqa: E731
+        found["R1"] = _per_rep_ratio(legs, "leg", "ingest", "plain_append", throughput)
+        found["R3"] = _per_rep_ratio(legs, "leg", "ingest", "spark_noop", throughput)
+        found["naive_vs_plain_append"] = _per_rep_ratio(legs, "leg", "ingest_naive", "plain_append", throughput)
+    if results.get("r2"):
+        found["R2"] = _r2_pairs(results["r2"]["runs"], "v7_bounded", lambda r: r["batch_seconds"])
+    if results.get("r4"):
+        found["R4"] = _per_rep_ratio(results["r4"], "side", "ingest_run", "bare_session_write",
+                                     lambda r: r["first_commit_seconds"])
+    for name in TARGETS:
+        if name in found:
+            op, target, what = TARGETS[name]
+            found[name].update({"target": f"{op} {target}", "what": what, "met": _met(name, found[name]["median"])})
+    return found
+
+
+# --- text ----------------------------------------------------------------------------
+
+
+def _fmt(value, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def _table(header: list[str], rows: list[list]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+    lines += ["| " + " | ".join(_fmt(c) for c in row) + " |" for row in rows]
+    return lines
+
+
+def ratio_lines(summary: dict) -> list[str]:
+    rows = []
+    for name in TARGETS:
+        ratio = summary["ratios"].get(name)
+        if ratio:
+            verdict = {True: "met", False: "missed", None: "-"}[ratio["met"]]
+            rows.append([name, ratio["what"], ratio["median"], ", ".join(f"{v:.2f}" for v in ratio["per_rep"]),
+                         ratio["target"], verdict])
+    return _table(["ratio", "what", "median", "per repetition", "target", ""], rows)
+
+
+def leg_lines(summary: dict) -> list[str]:
+    rows = [[leg, s["records"], s["seconds"], round(s["records_per_second"] or 0), s["cpu_seconds_per_million"],
+             round(s["rss_peak_mb"]), round(s["heap_peak_mb"]) if s["heap_peak_mb"] else None,
+             s["files_scanned_per_batch"], _dup_missing(s)]
+            for leg, s in summary.get("legs", {}).items()]
+    return _table(["leg", "records", "median s", "records/s", "CPU-s per M records", "peak RSS MB",
+                   "peak heap MB", "files scanned per batch", "duplicate / missing uids"], rows)
+
+
+def _dup_missing(s: dict) -> str:
+    if s.get("duplicate_uids") is None:
+        return "-"
+    return f"{s['duplicate_uids']:,} / {s['missing_uids']:,}"
+
+
+def r2_lines(summary: dict) -> list[str]:
+    rows = []
+    for leg, s in summary.get("r2", {}).items():
+        audit = s.get("audit") or {}
+        rows.append([leg, s["empty_batch_seconds"], s["large_batch_seconds"], s["batch_ratio"]["median"],
+                     s["empty_merge_seconds"], s["large_merge_seconds"], s["merge_ratio"]["median"],
+                     f"{_fmt(s['large_files_scanned'])} of {_fmt(s['files_in_large_table'])}",
+                     f"{audit.get('duplicate_uids', '-')} / {audit.get('missing_uids', '-')}"])
+    return _table(["leg", "batch s (empty)", "batch s (large)", "batch ratio", "MERGE s (empty)",
+                   "MERGE s (large)", "MERGE ratio", "files scanned (large)", "dup / missing"], rows)
+
+
+def r4_lines(results: dict) -> list[str]:
+    runs = results.get("r4") or []
+    rows = []
+    for side in ("ingest_run", "bare_session_write"):
+        mine = [r for r in runs if r["side"] == side]
+        if mine:
+            rows.append([side, _median([r["first_commit_seconds"] for r in mine]),
+                         ", ".join(f"{r['first_commit_seconds']:.1f}" for r in mine),
+                         _median([r["exit_seconds"] for r in mine])])
+    return _table(["side", "median s to first commit", "per repetition", "median s to exit"], rows)
+
+
+def machine_lines(machine: dict) -> list[str]:
+    return [f"- machine: {machine['cpu']}, {machine['cores']} cores, {machine['memory_gb']} GB, {machine['os']}",
+            f"- software: Python {machine['python']}, {machine['java']}, pyspark {machine['pyspark']}, "
+            f"delta-spark {machine['delta_spark']}, confluent-kafka {machine['confluent_kafka']}",
+            f"- load average (1 min) at start {machine['load_start']}, at end {machine.get('load_end', '-')} "
+            "(other engineers' Spark jobs share this machine: ratios, not absolute times, are the figures)"]
+
+
+def text_report(results: dict, summary: dict) -> str:
+    scale = results["scale"]
+    lines = [f"### `bench/run{' --quick' if scale['name'] == 'quick' else ''}`, {results['started_at']}, "
+             f"{results['elapsed_seconds'] / 60:.1f} min", ""]
+    lines += machine_lines(results["machine"])
+    lines += [f"- data: {scale['records']:,} records of ~{results['data']['value_bytes']} bytes "
+              f"({results['data']['unique']:,} unique uids, {results['data']['aborted']} in aborted "
+              f"transactions), {results['data']['partitions']} partitions, max_offsets_per_trigger "
+              f"{scale['max_offsets']:,}; R2 table {scale['r2_rows']:,} rows in {scale['r2_files']} files, "
+              f"batch {scale['r2_batch']:,} records; {results['reps']} repetitions", ""]
+    lines += ratio_lines(summary) + [""]
+    if summary.get("legs"):
+        lines += ["Throughput legs (median over repetitions):", ""] + leg_lines(summary) + [""]
+    if summary.get("r2"):
+        lines += ["R2, one batch (median over repetitions):", ""] + r2_lines(summary) + [""]
+    if results.get("r4"):
+        lines += ["R4:", ""] + r4_lines(results) + [""]
+    if results.get("profile"):
+        lines += profile_lines(results["profile"]) + [""]
+    return "\n".join(lines)
+
+
+def profile_lines(profile: dict) -> list[str]:
+    lines = [f"Where one ingest run's time goes ({profile['records']:,} records, {profile['seconds']:.1f} s):", ""]
+    steps = list(profile.get("job_seconds_by_description", {}).items())[:10]
+    if steps:
+        lines += _table(["Spark jobs, by description", "seconds"], [[k, round(v, 1)] for k, v in steps])
+        lines.append("")
+    driver = list(profile.get("driver_share_by_function", {}).items())[:8]
+    if driver:
+        lines += _table(["driver thread (py-spy), innermost ingest function", "share of samples"],
+                        [[k, f"{v:.0%}"] for k, v in driver])
+    return lines
+
+
+def summarize(results: dict) -> dict:
+    return {
+        "ratios": ratios(results),
+        "legs": legs_summary(results["legs"]["runs"]) if results.get("legs") else {},
+        "r2": r2_summary(results["r2"]) if results.get("r2") else {},
+    }
+
+
+def update_readme(readme: Path, block: str) -> None:
+    text = readme.read_text()
+    pattern = re.compile(re.escape(README_START) + ".*?" + re.escape(README_END), re.S)
+    replacement = f"{README_START}\n{block}\n{README_END}"
+    readme.write_text(pattern.sub(lambda _: replacement, text) if pattern.search(text)
+                      else text + "\n" + replacement + "\n")
+
+
+# --- plot ----------------------------------------------------------------------------
+
+
+def plot(results: dict, path: Path) -> bool:
+    """Per-batch MERGE time against table size, bounded beside naive."""
+    try:
+        import matplotlib
+    except ImportError:
+        return False
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = results["r2"]["runs"]
+    figure, axis = plt.subplots(figsize=(8, 5), dpi=110)
+    styles = {"v7_bounded": ("tab:blue", "o", "UUIDv7, bounded MERGE"),
+              "v7_naive": ("tab:red", "s", "UUIDv7, naive MERGE (bounds off)"),
+              "v4_horizon": ("tab:green", "^", "UUIDv4, bounded with dedup_horizon")}
+    for leg, (color, marker, label) in styles.items():
+        mine = [r for r in runs if r["leg"] == leg]
+        if not mine:
+            continue
+        sizes = sorted({r["table_rows"] for r in mine})
+        medians = [statistics.median(r["merge_seconds"] for r in mine if r["table_rows"] == s) for s in sizes]
+        axis.scatter([r["table_rows"] / 1e6 for r in mine], [r["merge_seconds"] for r in mine],
+                     color=color, marker=marker, alpha=0.35)
+        axis.plot([s / 1e6 for s in sizes], medians, color=color, marker=marker, label=label)
+    scale = results["scale"]
+    axis.set_xlabel("target table size before the batch (million rows)")
+    axis.set_ylabel("MERGE time of one batch (s, Delta executionTimeMs)")
+    axis.set_title(f"One batch of {scale['r2_batch']:,} records ({scale['name']} run)")
+    axis.set_ylim(bottom=0)
+    axis.grid(alpha=0.3)
+    axis.legend()
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+    return True
