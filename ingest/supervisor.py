@@ -102,7 +102,7 @@ class Supervisor:
                 for run in self.running:
                     if run.pipeline.name in outcomes:
                         continue
-                    run.query.awaitTermination(poll_s / max(1, len(self.running)))
+                    _await(run.query, poll_s / max(1, len(self.running)))
                     if not run.query.isActive:
                         outcomes[run.pipeline.name] = self._outcome(run)
                 if self._stop.is_set() or any(o.error for o in outcomes.values()):
@@ -140,6 +140,16 @@ class Supervisor:
                             for p, o in sorted(parts.items())) or "unknown"
         return (f"pipeline {run.pipeline.name} failed in batch {batch_id} ({where} {position}): "
                 f"{_first_lines(cause)}")
+
+
+def _await(query, seconds: float) -> None:
+    """Wait a little; a failed query raises here, and its error is read by `_outcome`."""
+    from pyspark.errors import StreamingQueryException
+
+    try:
+        query.awaitTermination(seconds)
+    except StreamingQueryException:
+        pass
 
 
 def _first_lines(error, count: int = 3) -> str:

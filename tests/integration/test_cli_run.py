@@ -1,0 +1,71 @@
+"""`ingest run` as users run it: its report, its exit codes, its stop."""
+
+from __future__ import annotations
+
+import json
+
+from confluent_kafka import Producer
+
+from tests.integration.processes import IngestProcess, wait_for, write_pipeline
+
+
+def send_orders(kafka, topic, count: int) -> None:
+    producer = Producer({**kafka.client_config(), "enable.idempotence": True, "linger.ms": 20})
+    for i in range(count):
+        body = json.dumps({"order_id": f"o{i}", "amount": 1.0, "ts": "2026-11-01T10:00:00"}).encode()
+        producer.produce(topic, body, partition=i % 2, headers=[("message-id", f"u{i:06d}")])
+    producer.produce(topic, b"{oops", partition=0, headers=[("message-id", "bad")])
+    assert producer.flush(60) == 0
+
+
+def test_batch_lines_and_progress_when_far_behind(kafka, topic, tmp_path):
+    send_orders(kafka, topic, 12_000)
+    pipeline_file = write_pipeline(tmp_path, topic, source={
+        "kafka": {"bootstrap_servers": "${KAFKA_BOOTSTRAP}", "topics": [topic],
+                  "max_offsets_per_trigger": 5000},
+        "format": "json", "schema": "order_id STRING NOT NULL, amount DOUBLE, ts TIMESTAMP"})
+    run = IngestProcess(pipeline_file, kafka.bootstrap, tmp_path / "run.log")
+    assert run.wait(timeout=600) == 0, run.output()[-3000:]
+    output = run.output()
+    batch_lines = [line for line in output.splitlines() if line.startswith("crashy batch ")]
+    assert len(batch_lines) == 3  # 12,001 offsets, at most 5,000 a batch
+    assert sum(int(line.split("read ")[1].split(",")[0]) for line in batch_lines) == 12_001
+    assert "dead letters 1 (decode 1" in output
+    assert "progress: crashy [" in output and "100.0% 12,001/12,001 records" in output
+    assert "crashy: done after 3 batch(es)" in output
+
+
+def test_a_failing_query_exits_1_naming_pipeline_batch_and_offsets(kafka, topic, tmp_path):
+    send_orders(kafka, topic, 10)
+    pipeline_file = write_pipeline(tmp_path, topic)
+    (tmp_path / "tables").mkdir()
+    (tmp_path / "tables" / "crashy").write_text("not a table")  # the target cannot be created
+    run = IngestProcess(pipeline_file, kafka.bootstrap, tmp_path / "run.log")
+    assert run.wait(timeout=300) == 1
+    error = [line for line in run.output().splitlines() if line.startswith("error: ")]
+    assert error and error[0].startswith("error: pipeline crashy failed in batch 0 (offsets ")
+    assert f"{topic}/0:6" in error[0] and f"{topic}/1:5" in error[0]
+
+
+def test_sigterm_stops_a_continuous_run_cleanly(kafka, topic, tmp_path):
+    send_orders(kafka, topic, 10)
+    pipeline_file = write_pipeline(tmp_path, topic, trigger={"processing_time": "1 second"})
+    run = IngestProcess(pipeline_file, kafka.bootstrap, tmp_path / "run.log", once=False)
+    try:
+        wait_for(lambda: "crashy batch 0" in run.output(), 240, "the first batch")
+        run.terminate()
+        assert run.wait(timeout=120) == 0
+    finally:
+        run.kill()
+    assert "crashy: stopped after" in run.output()
+    assert not (tmp_path / "checkpoints" / "crashy" / "_ingest_lease.json").exists()
+
+
+def test_an_unreachable_broker_fails_fast(tmp_path):
+    from ingest.local_kafka import free_port
+
+    pipeline_file = write_pipeline(tmp_path, "nowhere")
+    run = IngestProcess(pipeline_file, f"127.0.0.1:{free_port()}", tmp_path / "run.log")
+    assert run.wait(timeout=120) == 1
+    assert "did not answer" in run.output()
+    assert "Using incubator modules" not in run.output(), "failed before starting a JVM"
