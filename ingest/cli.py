@@ -201,6 +201,7 @@ def run_command(args) -> int:
 
 def _supervise(pipelines, once: bool, secrets) -> int:
     import signal
+    import threading
 
     from ingest.supervisor import Supervisor
 
@@ -213,7 +214,10 @@ def _supervise(pipelines, once: bool, secrets) -> int:
         stopped_by.append(signum)
         supervisor.request_stop()
 
-    previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    # Python lets only the main thread take signals; elsewhere (a notebook cell, a
+    # wheel task's thread) the caller's own interrupt handling applies.
+    handled = (signal.SIGTERM, signal.SIGINT) if threading.current_thread() is threading.main_thread() else ()
+    previous = {s: signal.signal(s, stop) for s in handled}
     try:
         from ingest.session import get_session
 
