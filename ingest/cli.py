@@ -508,9 +508,7 @@ def status_command(args) -> int:
 
 
 def render_status(report) -> str:
-    def shown(value) -> str:
-        return "-" if value is None else str(value)
-
+    shown = _audit_figure
     header = ("partition", "earliest", "end", "checkpoint", "delta log", "lag")
     rows = [(f"{p.topic}/{p.partition}", *map(shown, (p.earliest, p.end, p.checkpoint, p.delta_log, p.lag)))
             for p in report.partitions]

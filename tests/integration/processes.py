@@ -72,11 +72,12 @@ class IngestProcess:
         return self.log.read_text(errors="replace")
 
 
-def wait_for(condition, timeout: float, what: str, poll: float = 0.2):
+def wait_for(condition, timeout: float, what: str, details=lambda: "", poll: float = 0.2):
+    """`condition()`'s first true value; on timeout, fails with `details()` (a log's tail)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = condition()
         if value:
             return value
         time.sleep(poll)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}\n{details()}")

@@ -14,13 +14,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import yaml
 
 from ingest.local_kafka import _die_with_parent, free_port
+from tests.integration.processes import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 EXECUTOR_CLASS = "CoarseGrainedExecutorBackend"
@@ -62,17 +62,6 @@ def stop_group(process: subprocess.Popen) -> None:
             return
         except subprocess.TimeoutExpired:
             continue
-
-
-def wait_for(condition, timeout: float, what: str, details=lambda: "", poll: float = 0.5):
-    """`condition()`'s first true value; on timeout, fails with `details()` (a log's tail)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(poll)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}\n{details()}")
 
 
 class StandaloneCluster:
