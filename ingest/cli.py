@@ -373,8 +373,8 @@ def _print_bad_lines(file: str, bad_lines, limit: int = 20) -> None:
 def _print_produce_summary(summary) -> int:
     rate = summary.sent / summary.seconds if summary.seconds > 0 else 0.0
     txns = f", {summary.transactions} transaction(s) committed" if summary.transactions else ""
-    print(f"{summary.file} -> {summary.topic}: {summary.delivered} of {summary.records} record(s) "
-          f"delivered, {summary.failed} failed{txns}, {summary.seconds:.1f}s ({rate:,.0f} records/s)")
+    print(f"{summary.file} -> {summary.topic}: {summary.delivered:,} of {summary.records:,} record(s) "
+          f"delivered, {summary.failed:,} failed{txns}, {summary.seconds:.1f}s ({rate:,.0f} records/s)")
     if summary.bad_lines:
         print(f"skipped {len(summary.bad_lines)} bad line(s):")
         _print_bad_lines(summary.file, summary.bad_lines)
@@ -467,8 +467,7 @@ def render_demo_report(report) -> str:
     ]
     lines = ["", f"{'':2}{'':22}{'count':>7}"]
     lines += [f"  {name:<22}{value:>7}  {note}" for name, value, note in rows]
-    if a.note:
-        lines.append(f"  note: {a.note}")
+    lines += [f"  note: {note}" for note in a.notes]
     verdict = "exactly once: every uid once, nothing missing" if report.ok else "NOT EXACT: see above"
     lines += ["", f"{verdict} ({report.seconds:.0f}s; run 1 crashed on purpose, run 2 finished)",
               f"  target table   {where.target}", f"  dead letters   {where.dead_letter}",

@@ -6,7 +6,8 @@ import json
 from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
-from ingest.demo import MALFORMED
+from ingest.cli import main
+from ingest.demo import MALFORMED, MARKER
 
 ORDERS = 400  # the demo's default
 MALFORMED_COUNT = sum(len(values) for values in MALFORMED.values()) + 3  # + 3 without a uid header
@@ -51,3 +52,10 @@ def test_the_crashed_batch_committed_once_and_the_batches_read_every_record(spar
     assert batch_ids == list(range(len(batch_ids))) and len(batch_ids) >= 3
     assert sum(e["counts"]["read"] for e in entries) == PRODUCED
     assert (demo_run.root / "logs" / "run-1.log").is_file()
+
+
+def test_demo_never_empties_a_folder_it_did_not_make(tmp_path, capsys):
+    (tmp_path / "precious.csv").write_text("a,b\n")
+    assert main(["demo", "--data-root", str(tmp_path)]) == 1
+    assert f"not a demo folder (no {MARKER} file)" in capsys.readouterr().err
+    assert (tmp_path / "precious.csv").read_text() == "a,b\n"
