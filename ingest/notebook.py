@@ -47,8 +47,9 @@ class DemoTables:
 def demo_tables(root: str | os.PathLike | None = None) -> DemoTables:
     """The demo's locations under `root`, else $DATA_ROOT, else the nearest
     .ingest/demo folder from here upwards (a notebook runs in notebooks/)."""
-    chosen = Path(root or os.environ.get(ROOT_VARIABLE) or _nearest_default()).expanduser()
-    base = str(chosen.resolve()) if "://" not in str(chosen) else str(chosen)
+    chosen = str(root or os.environ.get(ROOT_VARIABLE) or _nearest_default())
+    # s3://..., abfss://..., dbfs:/... are kept as written; Path would fold their slashes
+    base = chosen.rstrip("/") if ":" in chosen.split("/")[0] else str(Path(chosen).expanduser().resolve())
     return DemoTables(base, f"{base}/tables/orders", f"{base}/dead_letter/orders",
                       f"{base}/checkpoints/orders")
 

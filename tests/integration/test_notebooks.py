@@ -7,6 +7,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from ingest.notebook import demo_tables
+
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("*.ipynb"))
 PUBLIC_MODULES = {"ingest.notebook", "ingest.produce"}
 
@@ -18,6 +20,17 @@ def code_cells(path):
 def test_there_are_four_notebooks():
     assert [p.stem for p in NOTEBOOKS] == ["01_explore", "02_trace_a_row", "03_dead_letters",
                                           "04_batches_chart"]
+
+
+def test_demo_tables_from_data_root_or_the_nearest_demo_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("DATA_ROOT", "s3://lake/ingest/")
+    assert demo_tables().target == "s3://lake/ingest/tables/orders"
+    assert demo_tables("dbfs:/demo").dead_letter == "dbfs:/demo/dead_letter/orders"
+    monkeypatch.delenv("DATA_ROOT")
+    (tmp_path / ".ingest" / "demo").mkdir(parents=True)
+    (tmp_path / "notebooks").mkdir()
+    monkeypatch.chdir(tmp_path / "notebooks")
+    assert demo_tables().checkpoint == f"{tmp_path.resolve()}/.ingest/demo/checkpoints/orders"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
