@@ -84,27 +84,26 @@ def parse_args(argv):
     parser.add_argument("--only", default=",".join(PARTS),
                         help=f"comma-separated parts to run (default all: {','.join(PARTS)})")
     parser.add_argument("--keep-work", action="store_true", help="keep bench/work/ (tables, logs) afterwards")
+    parser.add_argument("--report-only", action="store_true",
+                        help="run nothing: redo the table, plot and README figures from bench/results.json")
     parser.add_argument("--no-write", action="store_true",
                         help="print only: leave results.json, the plot and README.md as they are")
     return parser.parse_args(argv)
 
 
 def machine() -> dict:
-    import confluent_kafka
-    import delta
     import pyspark
     from importlib.metadata import version
 
     java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())
-    del delta
     return {
         "cpu": cpu, "cores": os.cpu_count(),
         "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
         "os": f"{platform.system()} {platform.release()}", "python": platform.python_version(),
         "java": java[0] if java else "java ?", "pyspark": pyspark.__version__,
-        "delta_spark": version("delta-spark"), "confluent_kafka": confluent_kafka.version()[0],
+        "delta_spark": version("delta-spark"), "confluent_kafka": version("confluent-kafka"),
         "load_start": round(os.getloadavg()[0], 1),
     }
 
@@ -201,17 +200,21 @@ def run(args) -> dict:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    results = run(args)
+    if args.report_only:
+        results = json.loads((BENCH / "results.json").read_text())
+    else:
+        results = run(args)
     summary = report.summarize(results)
     results["summary"] = summary
     text = report.text_report(results, summary)
     print("\n" + text)
     if not args.no_write:
-        (BENCH / "results.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+        if not args.report_only:
+            (BENCH / "results.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
         if results.get("r2"):
             report.plot(results, BENCH / "merge_time.png")
         report.update_readme(BENCH / "README.md", text)
-    if not args.keep_work:
+    if not (args.keep_work or args.report_only):
         shutil.rmtree(BENCH / "work", ignore_errors=True)
     return 0
 

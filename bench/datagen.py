@@ -5,7 +5,7 @@ header uid: time-ordered (UUIDv7, the default) or random (UUIDv4). 2% of the
 sends are a re-send of a recent record (same uid and payload, new offset), as a
 producer retry would be, and a few transactions are aborted: their records must
 never land. The committed uids are written one per line to `<topic>.uids`, the
-answer `verify_target` checks a table against.
+answer `legs.audit` checks a table against.
 """
 
 from __future__ import annotations
@@ -13,10 +13,12 @@ from __future__ import annotations
 import random
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from confluent_kafka import Producer
+
+from ingest.produce import Uuid7  # the generator `ingest produce` stamps records with
 
 SCHEMA = ("event_id STRING, user_id STRING, session_id STRING, event_type STRING, page STRING, "
           "referrer STRING, country STRING, device STRING, amount DOUBLE, ts TIMESTAMP")
@@ -28,29 +30,6 @@ ABORTED_RECORDS = 100  # per aborted transaction
 _EVENTS = ("view", "click", "add_to_cart", "checkout", "search")
 _COUNTRIES = ("DE", "FR", "US", "GB", "NL", "ES", "IT", "PL", "SE", "JP")
 _DEVICES = ("android", "ios", "desktop-chrome", "desktop-firefox", "tablet")
-
-
-class Uuid7:
-    """RFC 9562 UUIDv7 with a 12-bit counter in rand_a, so uids from one producer
-    are strictly increasing even within a millisecond."""
-
-    def __init__(self):
-        self.last_ms, self.counter = 0, 0
-
-    def __call__(self) -> str:
-        ms = time.time_ns() // 1_000_000
-        if ms > self.last_ms:
-            self.last_ms, self.counter = ms, random.getrandbits(8)
-        else:
-            self.counter += 1
-            if self.counter > 0xFFF:  # counter spent: borrow the next millisecond
-                self.last_ms, self.counter = self.last_ms + 1, 0
-        value = (self.last_ms << 80) | (0x7 << 76) | (self.counter << 64) | (0b10 << 62) | random.getrandbits(62)
-        return str(uuid.UUID(int=value))
-
-
-def uuid4() -> str:
-    return str(uuid.UUID(int=(random.getrandbits(128) & ~(0xF << 76) & ~(0b11 << 62)) | (0x4 << 76) | (0b10 << 62)))
 
 
 def payload(uid: str, ts_ms: int, rnd: random.Random) -> bytes:
@@ -74,7 +53,6 @@ class Produced:
     uids_file: Path
     seconds: float
     value_bytes: int  # mean JSON size
-    extra: dict = field(default_factory=dict)
 
 
 def producer_config(client_config: dict) -> dict:
@@ -114,7 +92,7 @@ def produce_topic(client_config: dict, topic: str, records: int, time_ordered: b
     `recent` (uid, ts_ms) pairs are records already in a target: half of the
     duplicates re-send one of them, as a retry of the previous batch's record would."""
     rnd = random.Random(seed)
-    make_uid = Uuid7() if time_ordered else uuid4
+    make_uid = Uuid7() if time_ordered else (lambda: str(uuid.uuid4()))
     producer, txn = Producer(producer_config(client_config)), _transactional(client_config)
     aborts_at = {records * (k + 1) // (ABORTED_TRANSACTIONS + 1) for k in range(ABORTED_TRANSACTIONS)}
     window: list[tuple[str, bytes]] = []  # recent records, for retries
@@ -156,6 +134,3 @@ def create_topic(client_config: dict, name: str, partitions: int) -> None:
 
     create(client_config, name, partitions=partitions)
 
-
-def read_uids(path: Path) -> list[str]:
-    return Path(path).read_text().split()

@@ -1,5 +1,4 @@
-"""Where one ingest run's time goes: py-spy on this (the driver's) Python process,
-and the Spark jobs the run started, by description.
+"""Where one ingest run's time goes: py-spy on this (the driver's) Python process.
 
 The driver's Python thread spends a batch waiting on the JVM, so py-spy runs
 with --idle and each sample is charged to the innermost `ingest` frame on the
@@ -16,7 +15,7 @@ import sys
 from pathlib import Path
 
 from legs import Topic, bench_pipeline, fresh_dir, run_ingest
-from meter import Meter, time_by_job
+from meter import Meter
 
 
 def py_spy() -> Path | None:
@@ -29,7 +28,6 @@ def profile_ingest(bench, topic: Topic) -> dict:
     pipeline = bench_pipeline(bench.kafka.bootstrap, topic.name, root, bench.max_offsets)
     samples = root / "py-spy.txt"
     recorder = _start_py_spy(samples)
-    bench.sql.mark()
     try:
         with Meter(bench.spark) as meter:
             reports = run_ingest(bench.spark, pipeline)
@@ -41,8 +39,6 @@ def profile_ingest(bench, topic: Topic) -> dict:
         "records": sum(r.summary.read for r in reports),
         "batches": len(reports),
         "seconds": round(meter.usage.seconds, 2),
-        "job_seconds_by_description": {k: round(v, 2)
-                                     for k, v in time_by_job(bench.sql.jobs_since_mark()).items()},
         "driver_share_by_function": driver_shares(samples) if recorder is not None else {},
         "py_spy": recorder is not None,
     }
@@ -76,6 +72,6 @@ _INGEST_FRAME = re.compile(r"[(/]ingest/\w+\.py:")
 
 
 def _short(frame: str) -> str:
-    """'merge_batch (/work/main/ingest/merge.py:85)' -> 'merge.py merge_batch'."""
+    """'merge_batch (/work/main/ingest/merge.py:85)' -> 'merge.py:85 merge_batch'."""
     name, _, where = frame.partition(" (")
-    return f"{where.rsplit('/', 1)[-1].split(':')[0]} {name.split('.<locals>')[0]}"
+    return f"{where.rsplit('/', 1)[-1].rstrip(')')} {name.split('.<locals>')[0]}"

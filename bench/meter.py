@@ -10,17 +10,12 @@ is not counted.
 from __future__ import annotations
 
 import json
-import re
 import threading
 import time
 import urllib.request
 from dataclasses import dataclass
-from datetime import datetime
-from pathlib import Path
 
 import psutil
-
-_REPO = Path(__file__).resolve().parent.parent
 
 
 @dataclass
@@ -96,30 +91,26 @@ class Meter:
 
 
 class SqlMetrics:
-    """Reads what Spark's UI keeps (its REST API): SQL executions and jobs since the last mark."""
+    """Reads the SQL executions Spark's UI keeps (its REST API) since the last mark."""
 
     def __init__(self, spark):
         context = spark.sparkContext
         self.base = (f"{context.uiWebUrl}/api/v1/applications/{context.applicationId}"
                      if context.uiWebUrl else None)
-        self.seen_execution, self.seen_job = -1, -1
+        self.seen_execution = -1
 
     def mark(self) -> None:
-        """Forget what ran so far: the next calls return only later executions and jobs."""
+        """Forget what ran so far: the next call returns only later executions."""
         self.seen_execution = max([e["id"] for e in self._get("sql")], default=self.seen_execution)
-        self.seen_job = max([j["jobId"] for j in self._get("jobs")], default=self.seen_job)
 
     def since_mark(self) -> list[dict]:
         """SQL executions, with their plan nodes' metrics."""
         return [e for e in self._get("sql") if e["id"] > self.seen_execution]
 
-    def jobs_since_mark(self) -> list[dict]:
-        return [j for j in self._get("jobs") if j["jobId"] > self.seen_job]
-
     def _get(self, what: str) -> list[dict]:
         if self.base is None:
             return []
-        query = "?details=true&planDescription=false&length=100000" if what == "sql" else ""
+        query = "?details=true&planDescription=false&length=100000"
         with urllib.request.urlopen(f"{self.base}/{what}{query}", timeout=60) as answer:
             return json.load(answer)
 
@@ -138,25 +129,6 @@ def merge_files(executions: list[dict]) -> list[dict]:
                 "files_scanned": _number(metrics.get("number of target files after skipping")),
             })
     return found
-
-
-def time_by_job(jobs: list[dict]) -> dict[str, float]:
-    """Seconds of Spark jobs per description (Delta names its jobs, e.g. `MERGE operation -
-    writing new files for only inserts`), else per call site; version numbers folded."""
-    totals: dict[str, float] = {}
-    for job in jobs:
-        if not job.get("completionTime"):
-            continue
-        seconds = _instant(job["completionTime"]) - _instant(job["submissionTime"])
-        what = (job.get("description") or job.get("name") or "?").replace(str(_REPO) + "/", "")
-        what = re.sub(r"\d+", "N", what.split("\n")[0])[:100]
-        totals[what] = totals.get(what, 0.0) + seconds
-    return dict(sorted(totals.items(), key=lambda item: -item[1]))
-
-
-def _instant(text: str) -> float:
-    """Spark's '2026-11-22T17:56:11.123GMT' as seconds."""
-    return datetime.strptime(text.replace("GMT", "+0000"), "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
 
 
 def _number(text: str | None) -> int | None:

@@ -202,13 +202,9 @@ def text_report(results: dict, summary: dict) -> str:
 
 def profile_lines(profile: dict) -> list[str]:
     lines = [f"Where one ingest run's time goes ({profile['records']:,} records, {profile['seconds']:.1f} s):", ""]
-    steps = list(profile.get("job_seconds_by_description", {}).items())[:10]
-    if steps:
-        lines += _table(["Spark jobs, by description", "seconds"], [[k, round(v, 1)] for k, v in steps])
-        lines.append("")
     driver = list(profile.get("driver_share_by_function", {}).items())[:8]
     if driver:
-        lines += _table(["driver thread (py-spy), innermost ingest function", "share of samples"],
+        lines += _table(["the batch thread (py-spy), innermost `ingest` frame", "share of samples"],
                         [[k, f"{v:.0%}"] for k, v in driver])
     return lines
 
