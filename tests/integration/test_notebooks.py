@@ -1,6 +1,7 @@
 """The analysts' notebooks run top to bottom on fresh demo output, as committed (no outputs)."""
 
 import ast
+import os
 from pathlib import Path
 
 import nbformat
@@ -42,14 +43,25 @@ def test_committed_without_outputs_and_public_imports_only(path):
                 assert node.module in PUBLIC_MODULES, f"{path.name} imports {node.module}"
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_runs_top_to_bottom_on_the_demo_tables(path, demo_run, monkeypatch):
+@pytest.fixture(scope="module")
+def kernel(demo_run):
+    """One kernel (so one Spark JVM) for the four notebooks; each starts with %reset -f,
+    so none can lean on another's names. Kernel "python3" with argv[0] "python" runs
+    this interpreter (jupyter_client)."""
+    from jupyter_client.manager import KernelManager
+
     assert demo_run.exit_code == 0, demo_run.output[-3000:]
-    monkeypatch.setenv("DATA_ROOT", str(demo_run.root))  # the kernel inherits it
+    manager = KernelManager(kernel_name="python3")
+    manager.start_kernel(cwd=str(NOTEBOOKS[0].parent), env={**os.environ, "DATA_ROOT": str(demo_run.root)})
+    yield manager
+    manager.shutdown_kernel(now=True)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_runs_top_to_bottom_on_the_demo_tables(path, demo_run, kernel):
     notebook = nbformat.read(path, as_version=4)
-    # kernel "python3" with argv[0] "python" is started with this interpreter (jupyter_client)
-    NotebookClient(notebook, timeout=600, kernel_name="python3",
-                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    notebook.cells.insert(0, nbformat.v4.new_code_cell("%reset -f"))
+    NotebookClient(notebook, km=kernel, timeout=600).execute()
 
     outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
