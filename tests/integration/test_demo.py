@@ -2,12 +2,21 @@
 checked in the tables it leaves, not only in what it prints."""
 
 import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
 
+import psutil
 from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
 from ingest.cli import main
 from ingest.demo import MALFORMED, MARKER
+from tests.integration.conftest import PROJECT
+from tests.integration.processes import wait_for
 
 ORDERS = 400  # the demo's default
 MALFORMED_COUNT = sum(len(values) for values in MALFORMED.values()) + 3  # + 3 without a uid header
@@ -59,3 +68,40 @@ def test_demo_never_empties_a_folder_it_did_not_make(tmp_path, capsys):
     assert main(["demo", "--data-root", str(tmp_path)]) == 1
     assert f"not a demo folder (no {MARKER} file)" in capsys.readouterr().err
     assert (tmp_path / "precious.csv").read_text() == "a,b\n"
+
+
+def test_ctrl_c_stops_the_run_and_the_broker(tmp_path):
+    """SIGINT to the demo's process group, as Ctrl-C in a terminal sends, mid-run."""
+    demo = subprocess.Popen([sys.executable, "-m", "ingest", "demo", "--data-root", str(tmp_path)],
+                            cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        lines = []
+        for line in demo.stdout:
+            lines.append(line)
+            if line.startswith("run 1:"):
+                break
+        port = int(re.search(r"broker up at 127\.0\.0\.1:(\d+)", "".join(lines)).group(1))
+        processes = wait_for(lambda: _with_spark_child(demo.pid), 120, "the run's Spark JVM")
+        os.killpg(demo.pid, signal.SIGINT)
+        rest = demo.communicate(timeout=120)[0]
+    finally:
+        if demo.poll() is None:
+            os.killpg(demo.pid, signal.SIGKILL)
+    assert demo.returncode == 130, "".join(lines) + rest
+    assert "the broker is stopped" in rest
+    _, alive = psutil.wait_procs(processes, timeout=30)
+    assert alive == [], f"left running: {alive}"
+    with socket.socket() as probe:
+        assert probe.connect_ex(("127.0.0.1", port)) != 0
+
+
+def _with_spark_child(pid):
+    """The demo's processes once its `ingest run` child has started its JVM, else None."""
+    try:
+        processes = psutil.Process(pid).children(recursive=True)
+        runs = [p for p in processes if p.cmdline()[2:4] == ["ingest", "run"]]
+        return processes if runs and runs[0].children() else None
+    except psutil.Error:  # a process ended while we looked
+        return None
+
