@@ -21,7 +21,6 @@ Nothing here prints: `run_demo` reports each step to `say` and returns a
 from __future__ import annotations
 
 import json
-import logging
 import os
 import random
 import shutil
@@ -45,12 +44,6 @@ CURRENCIES = ("EUR", "EUR", "USD", "GBP")
 FIRST_TS = datetime(2026, 11, 2, 8, 0, tzinfo=timezone.utc)
 
 Say = Callable[[str], None]
-
-# librdkafka logs its own retries (the coordinator loading after the broker starts);
-# failures still reach us as exceptions and delivery reports.
-_QUIET = logging.getLogger("ingest.demo.kafka")
-_QUIET.addHandler(logging.NullHandler())
-_QUIET.propagate = False
 
 
 class DemoError(IngestError):
@@ -226,7 +219,7 @@ def produce_sample(broker, topic: str, folder: Path, count: int, say: Say) -> Sa
 
     create_topic(broker.client_config(), topic, partitions=PARTITIONS)
     say(f"created topic {topic!r} with {PARTITIONS} partitions; producing sample orders")
-    config = {**broker.client_config(), "logger": _QUIET}
+    config = broker.client_config()
     rng, new_uid = random.Random(7), Uuid7()
     orders = [sample_order(n, rng) for n in range(count)]
     first = [(order, new_uid()) for order in orders[: count // 2]]

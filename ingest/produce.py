@@ -22,6 +22,7 @@ get `Progress` values while it runs and a `Summary` at the end.
 from __future__ import annotations
 
 import json
+import logging
 import secrets
 import threading
 import time
@@ -40,6 +41,13 @@ BAD_LINE_CHOICES = ("abort", "skip")
 # because these are the settings the exactly-once promise rests on.
 PRODUCER_DEFAULTS = {"enable.idempotence": True, "acks": "all"}
 MAX_ERRORS_KEPT = 20
+METADATA_TIMEOUT_S = 10.0
+
+# librdkafka logs each retry (a refused connection, every few ms); what matters
+# reaches the caller as an exception or a delivery report, with its reason.
+_QUIET = logging.getLogger("ingest.produce.librdkafka")
+_QUIET.addHandler(logging.NullHandler())
+_QUIET.propagate = False
 _TAIL_BITS = 74  # rand_a (12) + rand_b (62)
 
 
@@ -248,7 +256,7 @@ class Sender:
     """
 
     def __init__(self, config: dict, transactional_id: str | None = None, timeout_s: float = 60):
-        settings = {**PRODUCER_DEFAULTS, **config}
+        settings = {**PRODUCER_DEFAULTS, "logger": _QUIET, **config}
         if transactional_id:
             settings["transactional.id"] = transactional_id
         self.deliveries = Deliveries()
@@ -261,9 +269,10 @@ class Sender:
     def check_topic(self, topic: str) -> int:
         """The topic's partition count; ProduceError if the broker or the topic is not there."""
         try:
-            metadata = self._producer.list_topics(topic, timeout=self.timeout_s)
+            metadata = self._producer.list_topics(topic, timeout=METADATA_TIMEOUT_S)
         except KafkaException as error:
-            raise ProduceError(f"no answer from the broker: {error.args[0].str()}") from None
+            raise ProduceError(f"no answer from the brokers within {METADATA_TIMEOUT_S:.0f}s: "
+                               f"{error.args[0].str()}") from None
         found = metadata.topics.get(topic)
         if found is None or found.error is not None:
             reason = found.error.str() if found is not None and found.error else "not found"

@@ -179,3 +179,15 @@ def test_a_record_the_client_refuses_is_a_failure_and_the_rest_are_sent(kafka, t
     assert "3 of 4 record(s) delivered, 1 failed" in captured.out
     assert f"error: {topic}: " in captured.err and "(1 record)" in captured.err
     assert len(consume_all(kafka, topic)) == 3
+
+
+def test_cli_unreachable_broker_fails_within_seconds(tmp_path, capsys):
+    from ingest.local_kafka import free_port
+
+    path = write_jsonl(tmp_path, orders(1))
+    started = time.monotonic()
+    code = main(["produce", str(path), "--topic", "orders", "--bootstrap", f"127.0.0.1:{free_port()}"])
+
+    assert code == 1
+    assert "no answer from the brokers within 10s" in capsys.readouterr().err
+    assert time.monotonic() - started < 30
