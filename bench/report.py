@@ -203,6 +203,8 @@ def text_report(results: dict, summary: dict) -> str:
 def profile_lines(profile: dict) -> list[str]:
     lines = [f"Where one ingest run's time goes ({profile['records']:,} records, {profile['seconds']:.1f} s):", ""]
     driver = list(profile.get("driver_share_by_function", {}).items())[:8]
+    if not profile.get("py_spy"):
+        lines.append("(py-spy is not installed: `pip install -e '.[bench]'`, or `make bench`)")
     if driver:
         lines += _table(["the batch thread (py-spy), innermost `ingest` frame", "share of samples"],
                         [[k, f"{v:.0%}"] for k, v in driver])
