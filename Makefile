@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml requirements.lock
 
 # Resolves Delta, Spark's Kafka connector and the Kafka broker from Maven Central once.
 jars: $(STAMP)
-	$(BIN)/python -m ingest.jars
+	$(BIN)/python -m ingest.platform.jars
 
 test: setup
 	$(BIN)/python -m pytest tests

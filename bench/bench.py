@@ -92,8 +92,9 @@ def parse_args(argv):
 
 
 def machine() -> dict:
-    import pyspark
     from importlib.metadata import version
+
+    import pyspark
 
     java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
@@ -156,13 +157,13 @@ def run_legs(bench: Bench, topic: Topic, reps: int) -> dict:
 
 
 def spark_session():
-    from ingest.session import get_session
+    from ingest.platform.session import get_session
 
     return get_session("ingest-bench", conf=BENCH_SPARK_CONF, master="local[2]")
 
 
 def run(args) -> dict:
-    from ingest.local_kafka import LocalKafka
+    from ingest.kafka.local_broker import LocalKafka
 
     scale = SMOKE if args.smoke else QUICK if args.quick else FULL
     parts = set(args.only.split(","))

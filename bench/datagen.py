@@ -18,7 +18,9 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
-from ingest.produce import Uuid7  # the generator `ingest produce` stamps records with
+from ingest.kafka.produce import (
+    Uuid7,  # the generator `ingest produce` stamps records with
+)
 
 SCHEMA = ("event_id STRING, user_id STRING, session_id STRING, event_type STRING, page STRING, "
           "referrer STRING, country STRING, device STRING, amount DOUBLE, ts TIMESTAMP")
@@ -130,7 +132,7 @@ def _duplicate(window, recent, rnd: random.Random) -> tuple[str, bytes]:
 
 
 def create_topic(client_config: dict, name: str, partitions: int) -> None:
-    from ingest.local_kafka import create_topic as create
+    from ingest.kafka.local_broker import create_topic as create
 
     create(client_config, name, partitions=partitions)
 

@@ -5,7 +5,7 @@ Each side is a new process; the clock runs from its launch until its first
 commit file appears in the table's `_delta_log` (polled every 20 ms): for
 `ingest run`, the first MERGE commit (version 1: version 0 creates the table);
 for the bare side, the write's commit (version 0). Both get their session from
-`ingest.session.get_session` with its local defaults, so both start the same
+`ingest.platform.session.get_session` with its local defaults, so both start the same
 JVM with the same jars.
 
 Run as a script, this file is the bare side: `first_commit.py TABLE ROWS`.
@@ -103,7 +103,7 @@ def run_all(kafka, topic: str, rows: int, work: Path, reps: int, log) -> list[di
 
 
 def bare_write(table: str, rows: int) -> None:
-    from ingest.session import get_session
+    from ingest.platform.session import get_session
 
     spark = get_session("bench-bare")
     (spark.range(rows).selectExpr("uuid() AS _uid", "id", "current_timestamp() AS ts")

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
-
 from datagen import SCHEMA, UID_HEADER
 
 THROUGHPUT_LEGS = ("raw_consume", "spark_noop", "plain_append", "ingest", "ingest_naive")
@@ -46,7 +45,15 @@ class Outcome:
 def bench_pipeline(bootstrap: str, topic: str, root: Path, max_offsets: int | None,
                    horizon: tuple[str, str, int] | None = None):
     """The pipeline every ingest leg runs; fresh paths under `root`."""
-    from ingest.spec import DeadLetter, DedupHorizon, KafkaSource, Pipeline, Source, Target, Uid
+    from ingest.spec.model import (
+        DeadLetter,
+        DedupHorizon,
+        KafkaSource,
+        Pipeline,
+        Source,
+        Target,
+        Uid,
+    )
 
     dedup = DedupHorizon(*horizon) if horizon else None
     return Pipeline(
@@ -81,7 +88,7 @@ def raw_consume(bench, topic: Topic, root: Path) -> Outcome:
 
 
 def _stream(bench, topic: Topic, root: Path):
-    from ingest.source import kafka_options
+    from ingest.kafka.source import kafka_options
 
     pipeline = bench_pipeline(bench.kafka.bootstrap, topic.name, root, bench.max_offsets)
     reader = bench.spark.readStream.format("kafka")
@@ -140,7 +147,7 @@ def merge_bounds(on: bool):
 
 def run_ingest(spark, pipeline, bounded: bool = True) -> list:
     """`ingest run --once` in this process: the query, until it has processed what is there."""
-    from ingest.runner import start_query
+    from ingest.run.query import start_query
 
     reports = []
     with merge_bounds(bounded):

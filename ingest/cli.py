@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 from ingest.errors import Problem, SpecErrors
 from ingest.plan import render_plan
-from ingest.settings import DEFAULT_ENV, load_settings, mask
-from ingest.spec_loader import Loaded, check_unique, read_pipeline
+from ingest.spec.loader import Loaded, check_unique, read_pipeline
+from ingest.spec.settings import DEFAULT_ENV, load_settings, mask
 
 OK, CHECK_FAILED, BAD_INPUT = 0, 1, 2
 DEFAULT_PIPELINES = "pipelines/*.yaml"
@@ -105,8 +105,8 @@ def _spark_pass(checked: list[_Checked]) -> None:
     if not pending:
         return
     try:
-        from ingest.session import get_session
-        from ingest.sql_check import check_sql
+        from ingest.platform.session import get_session
+        from ingest.spec.sql_check import check_sql
 
         spark = get_session("ingest-validate", conf=VALIDATE_SPARK_CONF)
     except Exception as error:  # no pyspark, no Java: say so, keep the first pass's verdict
@@ -203,7 +203,7 @@ def _supervise(pipelines, once: bool, secrets) -> int:
     import signal
     import threading
 
-    from ingest.supervisor import Supervisor
+    from ingest.run.supervisor import Supervisor
 
     progress = _ProgressPrinter(secrets)
     supervisor = Supervisor(pipelines, once, on_report=progress.batch, on_note=progress.note)
@@ -219,7 +219,7 @@ def _supervise(pipelines, once: bool, secrets) -> int:
     handled = (signal.SIGTERM, signal.SIGINT) if threading.current_thread() is threading.main_thread() else ()
     previous = {s: signal.signal(s, stop) for s in handled}
     try:
-        from ingest.session import get_session
+        from ingest.platform.session import get_session
 
         supervisor.start(get_session("ingest-run"))
         outcomes = supervisor.wait()
@@ -310,8 +310,8 @@ def _positive_int(text: str) -> int:
 def produce_command(args) -> int:
     import os
 
-    from ingest import produce
-    from ingest.settings import lookup
+    from ingest.kafka import produce
+    from ingest.spec.settings import lookup
 
     config = _client_options(args.client_options)
     if config is None:
@@ -461,9 +461,9 @@ def render_demo_report(report) -> str:
         ("unique uids", s.orders, "what the target must hold"),
         ("rows in the target", c.target_rows, f"{c.unique_uids} distinct uids"),
         ("dead letters", c.dead_letters, stages),
-        ("duplicates", _audit_figure(a.duplicates), "ingest.verify"),
-        ("missing", _audit_figure(a.missing), "ingest.verify"),
-        ("unaccounted offsets", _audit_figure(a.unaccounted), "ingest.verify"),
+        ("duplicates", _audit_figure(a.duplicates), "ingest.audit.verify"),
+        ("missing", _audit_figure(a.missing), "ingest.audit.verify"),
+        ("unaccounted offsets", _audit_figure(a.unaccounted), "ingest.audit.verify"),
     ]
     lines = ["", f"{'':2}{'':22}{'count':>7}"]
     lines += [f"  {name:<22}{value:>7}  {note}" for name, value, note in rows]
@@ -496,8 +496,8 @@ def add_status(commands, environment: argparse.ArgumentParser) -> None:
 
 
 def status_command(args) -> int:
-    from ingest.session import get_session
-    from ingest.status import status
+    from ingest.audit.status import status
+    from ingest.platform.session import get_session
 
     pipeline = read_pipeline(args.file, settings=load_settings(args.env, args.conf_dir)).pipeline
     report = status(get_session("ingest-status"), pipeline)
@@ -546,9 +546,9 @@ def add_verify(commands, environment: argparse.ArgumentParser) -> None:
 
 
 def verify_command(args) -> int:
+    from ingest.audit.verify import verify
     from ingest.errors import IngestError
-    from ingest.session import get_session
-    from ingest.verify import verify
+    from ingest.platform.session import get_session
 
     pipeline = read_pipeline(args.file, settings=load_settings(args.env, args.conf_dir)).pipeline
     try:

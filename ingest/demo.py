@@ -12,7 +12,7 @@
    before Spark checkpoints that batch: the worst moment. Run it again without
    the fault: the batch is replayed, Delta skips it (same transaction id), and
    the run goes on.
-4. Count the tables and audit them against the topic with `ingest.verify`.
+4. Count the tables and audit them against the topic with `ingest.audit.verify`.
 
 Nothing here prints: `run_demo` reports each step to `say` and returns a
 `DemoReport`. The broker is stopped whatever happens, Ctrl-C included.
@@ -34,7 +34,14 @@ from pathlib import Path
 from typing import Callable
 
 from ingest.errors import IngestError
-from ingest.produce import UID_HEADER, Options, Record, Sender, Uuid7, produce_file
+from ingest.kafka.produce import (
+    UID_HEADER,
+    Options,
+    Record,
+    Sender,
+    Uuid7,
+    produce_file,
+)
 
 DEFAULT_ROOT = Path(".ingest/demo")
 PIPELINE_FILE = Path("pipelines/orders.yaml")
@@ -90,7 +97,7 @@ class Counts:
 
 @dataclass(frozen=True)
 class Audit:
-    """`ingest.verify`'s findings."""
+    """`ingest.audit.verify`'s findings."""
 
     duplicates: int
     missing: int
@@ -127,7 +134,7 @@ class DemoReport:
 
 
 def run_demo(options: DemoOptions = DemoOptions(), say: Say = lambda text: None) -> DemoReport:
-    from ingest.local_kafka import LocalKafka
+    from ingest.kafka.local_broker import LocalKafka
 
     started = time.monotonic()
     root = prepare_root(options.data_root)
@@ -178,7 +185,7 @@ def demo_environ(root: Path, bootstrap: str, options: DemoOptions) -> dict[str, 
 
 
 def load_demo_pipeline(pipeline_file: Path, environ: dict[str, str]):
-    from ingest.spec_loader import load_pipeline
+    from ingest.spec.loader import load_pipeline
 
     pipeline = load_pipeline(pipeline_file, environ={**os.environ, **environ})
     if pipeline.uid.header != UID_HEADER or not pipeline.source.kafka.topics:
@@ -215,7 +222,7 @@ MALFORMED = {
 def produce_sample(broker, topic: str, folder: Path, count: int, say: Say) -> Sample:
     """First half with retries, an aborted transaction, malformed records, the second
     half from a JSON Lines file in committed transactions, then late retries."""
-    from ingest.local_kafka import create_topic
+    from ingest.kafka.local_broker import create_topic
 
     create_topic(broker.client_config(), topic, partitions=PARTITIONS)
     say(f"created topic {topic!r} with {PARTITIONS} partitions; producing sample orders")
@@ -381,7 +388,7 @@ AUDIT_SPARK_CONF = {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "fa
 def count_and_verify(pipeline, say: Say) -> tuple[Counts, Audit]:
     from pyspark.sql import SparkSession
 
-    from ingest.session import get_session
+    from ingest.platform.session import get_session
 
     say("counting the tables and auditing them against the topic")
     ours = SparkSession.getActiveSession() is None
@@ -409,7 +416,7 @@ def _read(spark, path: str | None, table: str | None):
 
 
 def audit(spark, pipeline) -> Audit:
-    from ingest.verify import verify
+    from ingest.audit.verify import verify
 
     report = verify(spark, pipeline)
     return Audit(report.duplicates, report.missing, report.unaccounted, report.ok, tuple(report.notes))

@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT_VARIABLE = "DATA_ROOT"
 DEFAULT_ROOT = Path(".ingest/demo")
 NOTEBOOK_SPARK_CONF = {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"}
-# The ledger entry each ingest commit carries in userMetadata (see ingest.ledger).
+# The ledger entry each ingest commit carries in userMetadata (see ingest.batch.ledger).
 LEDGER_SCHEMA = ("ingest INT, pipeline STRING, app_id STRING, batch_id LONG, "
                  "end_offsets MAP<STRING, MAP<STRING, LONG>>, counts MAP<STRING, LONG>")
 
@@ -27,7 +27,7 @@ def spark_session(app_name: str = "ingest-notebook"):
     """The session a notebook should use: the running one on Databricks (or any
     notebook that already has `spark`), else a local one with Delta (local[2],
     or INGEST_SPARK_MASTER)."""
-    from ingest.session import get_session
+    from ingest.platform.session import get_session
 
     master = os.environ.get("INGEST_SPARK_MASTER", "local[2]")
     return get_session(app_name, conf=NOTEBOOK_SPARK_CONF, master=master)

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import textwrap
 
-from ingest import ledger
-from ingest.merge_condition import merge_condition, upsert_condition
-from ingest.settings import Settings, mask, mask_mapping
-from ingest.source import kafka_options
-from ingest.spec import Pipeline
-from ingest.spec_loader import Loaded, to_document, to_yaml
+from ingest.batch import ledger
+from ingest.batch.merge_condition import merge_condition, upsert_condition
+from ingest.kafka.source import kafka_options
+from ingest.spec.loader import Loaded, to_document, to_yaml
+from ingest.spec.model import Pipeline
+from ingest.spec.settings import Settings, mask, mask_mapping
 
 INDENT = "  "
 CHECKPOINT_QUERY_ID = "<query id of the checkpoint>"

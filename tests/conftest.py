@@ -30,7 +30,7 @@ class ExternalKafka:
 
 @pytest.fixture(scope="session")
 def spark():
-    from ingest.session import get_session
+    from ingest.platform.session import get_session
 
     session = get_session("ingest-tests", conf=TEST_SPARK_CONF, master="local[2]")
     yield session
@@ -42,7 +42,7 @@ def kafka(tmp_path_factory):
     if os.environ.get("KAFKA_BOOTSTRAP"):
         yield ExternalKafka(os.environ["KAFKA_BOOTSTRAP"])
         return
-    from ingest.local_kafka import LocalKafka
+    from ingest.kafka.local_broker import LocalKafka
 
     broker = LocalKafka(work_dir=tmp_path_factory.mktemp("kafka"))
     broker.start()
@@ -53,7 +53,7 @@ def kafka(tmp_path_factory):
 @pytest.fixture
 def topic(kafka, request):
     """A new topic with 2 partitions, named after the test."""
-    from ingest.local_kafka import create_topic
+    from ingest.kafka.local_broker import create_topic
 
     name = f"{request.node.name[:40]}-{uuid.uuid4().hex[:8]}".replace("[", "-").replace("]", "")
     create_topic(kafka.client_config(), name, partitions=2)

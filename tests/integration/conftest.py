@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from ingest.spec import DeadLetter, KafkaSource, Pipeline, Source, Target, Uid
+from ingest.spec.model import DeadLetter, KafkaSource, Pipeline, Source, Target, Uid
 
 PROJECT = Path(__file__).resolve().parents[2]
 
@@ -68,7 +68,7 @@ def pipeline(kafka, topic, tmp_path):
 
 def run_once(spark, pipeline, timeout: float = 240, **kwargs):
     """Process what is in the topic; returns the batch reports."""
-    from ingest.runner import start_query
+    from ingest.run.query import start_query
 
     reports = []
     query, _ = start_query(spark, pipeline, once=True, on_report=reports.append, **kwargs)

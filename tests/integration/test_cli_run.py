@@ -62,7 +62,7 @@ def test_sigterm_stops_a_continuous_run_cleanly(kafka, topic, tmp_path):
 
 
 def test_an_unreachable_broker_fails_fast(tmp_path):
-    from ingest.local_kafka import free_port
+    from ingest.kafka.local_broker import free_port
 
     pipeline_file = write_pipeline(tmp_path, "nowhere")
     run = IngestProcess(pipeline_file, f"127.0.0.1:{free_port()}", tmp_path / "run.log")

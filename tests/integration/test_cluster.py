@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ingest.local_kafka import _die_with_parent, free_port
+from ingest.kafka.local_broker import _die_with_parent, free_port
 from tests.integration.processes import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -152,7 +152,7 @@ def cluster(tmp_path_factory):
 @pytest.fixture(scope="module")
 def spark_jars() -> str:
     """Delta and the Kafka connector for spark-submit's --jars, from the jar cache."""
-    from ingest.jars import resolve_spark_jars
+    from ingest.platform.jars import resolve_spark_jars
 
     return ",".join(str(jar) for jar in resolve_spark_jars())
 

@@ -59,7 +59,7 @@ sys.modules["pyspark.dbutils"] = types.SimpleNamespace(DBUtils=DBUtils)
 os.environ["DATABRICKS_RUNTIME_VERSION"] = "15.4"
 before = settings()
 
-from ingest.session import get_session
+from ingest.platform.session import get_session
 from ingest.entry import run_job
 
 handed_back = get_session("ingest-run", conf={"spark.sql.shuffle.partitions": "9"}) is spark
@@ -98,7 +98,7 @@ def write_pipeline(folder: Path, topic: str, target: dict, dead_letter: dict | N
 
 
 def test_a_session_made_outside_is_used_as_it_is(kafka, sender, topic, tmp_path):
-    from ingest.jars import resolve_spark_jars
+    from ingest.platform.jars import resolve_spark_jars
 
     for i in range(6):
         sender.send(order(i), uid=f"u-{i}", partition=i % 2)
@@ -190,7 +190,7 @@ def test_catalog_names_for_target_and_dead_letters(spark, database, sender, kafk
 
 def test_dead_letters_default_to_a_table_beside_a_catalog_target(spark, database, sender, kafka,
                                                                   topic, tmp_path, monkeypatch, capsys):
-    from ingest.ledger import history_entries, recorded_offsets
+    from ingest.batch.ledger import history_entries, recorded_offsets
 
     monkeypatch.setenv("KAFKA_BOOTSTRAP", kafka.bootstrap)
     monkeypatch.setenv("DATA_ROOT", str(tmp_path / "data"))

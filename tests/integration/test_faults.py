@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from ingest.local_kafka import LocalKafka, create_topic
+from ingest.kafka.local_broker import LocalKafka, create_topic
 from tests.integration.processes import IngestProcess, wait_for, write_pipeline
 
 

@@ -11,7 +11,7 @@ from nbclient import NotebookClient
 from ingest.notebook import demo_tables
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("*.ipynb"))
-PUBLIC_MODULES = {"ingest.notebook", "ingest.produce"}
+PUBLIC_MODULES = {"ingest.notebook", "ingest.kafka.produce"}
 
 
 def code_cells(path):

@@ -9,7 +9,7 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from ingest.cli import main
-from ingest.produce import Options, produce_file
+from ingest.kafka.produce import Options, produce_file
 
 
 def orders(count, start=0):
@@ -182,7 +182,7 @@ def test_a_record_the_client_refuses_is_a_failure_and_the_rest_are_sent(kafka, t
 
 
 def test_cli_unreachable_broker_fails_within_seconds(tmp_path, capsys):
-    from ingest.local_kafka import free_port
+    from ingest.kafka.local_broker import free_port
 
     path = write_jsonl(tmp_path, orders(1))
     started = time.monotonic()

@@ -64,7 +64,7 @@ def test_bad_records_go_to_dead_letters_and_the_query_lives(spark, sender, pipel
 
 
 def test_bad_cast_in_transform_is_a_dead_letter(spark, sender, pipeline):
-    from ingest.spec import Transform
+    from ingest.spec.model import Transform
 
     pipeline = pipeline.__class__(**{**pipeline.__dict__, "transform": Transform(
         select=("*", "CAST(customer AS INT) AS customer_no"), where="amount > 0")})
@@ -83,7 +83,7 @@ def test_bad_cast_in_transform_is_a_dead_letter(spark, sender, pipeline):
 
 
 def test_replayed_batch_writes_nothing(spark, sender, pipeline):
-    from ingest.runner import BatchProcessor, payload_schema
+    from ingest.batch.processor import BatchProcessor, payload_schema
 
     sender.send(order(1), uid="u-1")
     sender.send(b"garbage", uid="bad")
@@ -127,7 +127,7 @@ def test_new_checkpoint_gets_a_new_app_id(spark, sender, pipeline, tmp_path):
 
 
 def test_upsert_keeps_the_latest_across_out_of_order_batches(spark, sender, pipeline):
-    from ingest.spec import Uid
+    from ingest.spec.model import Uid
 
     pipeline = with_target(pipeline, mode="upsert", order_by="ts")
     pipeline = pipeline.__class__(**{**pipeline.__dict__, "uid": Uid(field="order_id")})
@@ -150,7 +150,7 @@ def test_upsert_keeps_the_latest_across_out_of_order_batches(spark, sender, pipe
 def test_two_pipelines_in_one_session_do_not_mix_txn_settings(spark, kafka, sender, pipeline, tmp_path):
     from dataclasses import replace
 
-    from ingest.runner import start_query
+    from ingest.run.query import start_query
 
     for i in range(20):
         sender.send(order(i), uid=f"u-{i}", partition=i % 2)

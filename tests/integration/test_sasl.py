@@ -11,10 +11,10 @@ import pytest
 import yaml
 from confluent_kafka import Producer
 
-from ingest import kafka_admin
 from ingest.cli import main
-from ingest.local_kafka import LocalKafka, SaslUser, create_topic
-from ingest.spec import KafkaSource
+from ingest.kafka import admin as kafka_admin
+from ingest.kafka.local_broker import LocalKafka, SaslUser, create_topic
+from ingest.spec.model import KafkaSource
 from tests.integration.processes import IngestProcess
 
 # Quote and backslash: the JAAS text must escape them, and nothing may print them.

@@ -5,9 +5,9 @@ import json
 import shutil
 from pathlib import Path
 
+from ingest.audit.status import WARNING, status
 from ingest.cli import main
-from ingest.spec_loader import to_document, to_yaml
-from ingest.status import WARNING, status
+from ingest.spec.loader import to_document, to_yaml
 from tests.integration.conftest import run_once
 
 

@@ -5,10 +5,10 @@ from dataclasses import replace
 
 from delta.tables import DeltaTable
 
+from ingest.audit.verify import Duplicate, Missing, verify
 from ingest.cli import main
-from ingest.spec import KafkaSource, Transform
-from ingest.spec_loader import to_document, to_yaml
-from ingest.verify import Duplicate, Missing, verify
+from ingest.spec.loader import to_document, to_yaml
+from ingest.spec.model import KafkaSource, Transform
 from tests.integration.conftest import run_once
 
 

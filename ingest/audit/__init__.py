@@ -1,0 +1,2 @@
+"""Reading the three witnesses (Kafka, the checkpoint, the Delta log): `status`
+and `verify`. Imports `ingest.run` and below."""

@@ -1,0 +1,59 @@
+"""The MERGE's ON condition and update rule, as SQL text.
+
+One function for the runtime and for `ingest plan`, so the plan shows exactly
+what runs. Bounds are literals computed from the batch: Delta prunes target
+files only on literal predicates over target columns, never on `t._uid = s._uid`.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from ingest.spec.model import Pipeline
+
+PLACEHOLDERS = {
+    "uid_min": "<batch min _uid>",
+    "uid_max": "<batch max _uid>",
+    "horizon_lo": "<batch min {column} - {within}>",
+    "horizon_hi": "<batch max {column} + {within}>",
+}
+
+
+def sql_string(value: str) -> str:
+    """A SQL string literal; uids come from producers, so quote them safely."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def merge_condition(pipeline: Pipeline, bounds: Mapping[str, str] | None = None) -> str:
+    """`t._uid = s._uid` plus the batch's literal bounds.
+
+    `bounds` has uid_min/uid_max and, with a dedup horizon, horizon_lo/horizon_hi
+    (timestamps as 'YYYY-MM-DD HH:MM:SS.ffffff'); a missing key drops that bound,
+    which is always exact, only slower. None renders placeholders (for `plan`).
+    """
+    parts = ["t._uid = s._uid"]
+    if bounds is None:
+        parts.append(f"t._uid BETWEEN {PLACEHOLDERS['uid_min']} AND {PLACEHOLDERS['uid_max']}")
+        horizon = pipeline.target.dedup_horizon
+        if horizon:
+            lo = PLACEHOLDERS["horizon_lo"].format(column=horizon.column, within=horizon.within)
+            hi = PLACEHOLDERS["horizon_hi"].format(column=horizon.column, within=horizon.within)
+            parts.append(f"t.`{horizon.column}` BETWEEN {lo} AND {hi}")
+        return " AND ".join(parts)
+    if "uid_min" in bounds and "uid_max" in bounds:
+        parts.append(f"t._uid BETWEEN {sql_string(bounds['uid_min'])} AND {sql_string(bounds['uid_max'])}")
+    horizon = pipeline.target.dedup_horizon
+    if horizon and "horizon_lo" in bounds and "horizon_hi" in bounds:
+        parts.append(f"t.`{horizon.column}` BETWEEN TIMESTAMP {sql_string(bounds['horizon_lo'])}"
+                     f" AND TIMESTAMP {sql_string(bounds['horizon_hi'])}")
+    return " AND ".join(parts)
+
+
+def upsert_condition(pipeline: Pipeline) -> str:
+    """When a matched source row replaces the target row: a later `order_by` wins,
+    ties go to the later Kafka position, and the same record again changes nothing."""
+    col = f"`{pipeline.target.order_by}`"
+    later_position = ("struct(s._topic, s._partition, s._offset) > "
+                      "struct(t._topic, t._partition, t._offset)")
+    return (f"(s.{col} > t.{col}) OR (t.{col} IS NULL AND s.{col} IS NOT NULL) "
+            f"OR ((s.{col} <=> t.{col}) AND {later_position})")

@@ -1,0 +1,222 @@
+"""The micro-batch function: what foreachBatch calls for each batch.
+
+`BatchProcessor.__call__` follows pipeline-spec.md's "What one micro-batch
+does": read, decode and transform (failures to the dead letters), one row per
+uid, MERGE under the idempotent txn id with the offsets in the commit; Spark
+then commits the batch in the checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from ingest.batch import dead_letter, faults, ledger, transform
+from ingest.batch.decode import RAW, STAGE, decode
+from ingest.batch.merge import (
+    MergeResult,
+    create_table,
+    merge_batch,
+    table_exists,
+    target_rows,
+)
+from ingest.batch.uid import UID, one_per_uid, with_uid
+from ingest.spec.model import Pipeline
+
+log = logging.getLogger("ingest.run")
+
+STAGES = ("decode", "transform", "uid", "filtered")
+
+
+@dataclass(frozen=True)
+class BatchSummary:
+    """What one pass over the staged batch learns: counts, offsets, MERGE bounds."""
+
+    read: int
+    unique: int  # distinct uids among the records that reach the MERGE
+    by_stage: dict[str, int]
+    start_offsets: dict[str, dict[int, int]]
+    end_offsets: dict[str, dict[int, int]]  # next offset to read, per partition
+    bounds: dict[str, str]
+
+    @property
+    def dead_letters(self) -> int:
+        return sum(self.by_stage.get(s, 0) for s in dead_letter.FAILURE_STAGES)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """What the batch's commits record in their ledger entry."""
+        return {"read": self.read, "unique": self.unique, **self.by_stage}
+
+    @property
+    def good(self) -> int:
+        return self.read - self.dead_letters - self.by_stage.get("filtered", 0)
+
+
+@dataclass(frozen=True)
+class BatchReport:
+    pipeline: str
+    batch_id: int
+    summary: BatchSummary
+    merged: MergeResult
+    seconds: float
+
+    def line(self) -> str:
+        s, m = self.summary, self.merged
+        unchanged = s.unique - m.inserted - m.updated
+        stages = ", ".join(f"{k} {s.by_stage.get(k, 0)}" for k in dead_letter.FAILURE_STAGES)
+        offsets = " ".join(f"{t}/{p}:{s.start_offsets[t][p]}-{end}"
+                           for t, parts in sorted(s.end_offsets.items()) for p, end in sorted(parts.items()))
+        return (f"{self.pipeline} batch {self.batch_id}: read {s.read}, merged {s.unique} "
+                f"(inserted {m.inserted}, updated {m.updated}, unchanged {unchanged}), "
+                f"dead letters {s.dead_letters} ({stages}), filtered {s.by_stage.get('filtered', 0)}, "
+                f"{self.seconds:.1f}s, offsets {offsets}")
+
+
+@dataclass
+class BatchProcessor:
+    pipeline: Pipeline
+    schema: StructType | None
+    on_report: Callable[[BatchReport], None] = lambda report: log.info(report.line())
+    # False only to measure what the bounds save (bench/); the result is as exact, only slower.
+    bounded: bool = True
+    _query_id: str | None = None
+    _target_ready: bool = False
+    # (batch id, end offsets if known, error) of the batch that failed, for the run's message
+    failure: tuple | None = None
+    _batch_offsets: dict | None = None
+
+    def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
+        self._batch_offsets = None
+        try:
+            self._process(batch_df, batch_id)
+        except Exception as error:
+            self.failure = (batch_id, self._batch_offsets, error)
+            raise
+
+    def _process(self, batch_df: DataFrame, batch_id: int) -> None:
+        started = time.monotonic()
+        session = batch_df.sparkSession
+        staged, summary = self._stage(batch_df)  # 1-2: read, decode, transform, uid
+        try:
+            self._batch_offsets = summary.end_offsets
+            txn = ledger.batch_txn(self.pipeline.name, self._app_query_id(session), batch_id,
+                                   summary.end_offsets, summary.counts)
+            self._write_dead_letters(staged, summary, batch_id, txn)
+            rows = target_rows(one_per_uid(staged.where(F.col(STAGE).isNull()),
+                                           self.pipeline.target.mode, self.pipeline.target.order_by))
+            merged = self._merge(session, rows, summary, batch_id, txn)  # 3-4
+            self.on_report(BatchReport(self.pipeline.name, batch_id, summary, merged,
+                                       time.monotonic() - started))
+        finally:
+            staged.unpersist()
+
+    def _stage(self, batch_df: DataFrame) -> tuple[DataFrame, BatchSummary]:
+        decoded = decode(batch_df, self.pipeline.source.format, self.schema)
+        staged = self._route(decoded, failed=())
+        try:
+            return staged, summarize(staged, self.pipeline)
+        except Exception as error:  # only a record's data error is handled here
+            staged.unpersist()
+            if self.pipeline.transform is None or not transform.is_record_error(error):
+                raise
+        decoded = decoded.persist()  # searched many times: read Kafka once
+        try:
+            failed = transform.find_failing(decoded, self.pipeline.transform)
+            log.warning("%s: %d record(s) failed the transform; sent to the dead letters",
+                        self.pipeline.name, len(failed))
+            staged = self._route(decoded, failed)
+            return staged, summarize(staged, self.pipeline)
+        finally:
+            decoded.unpersist()
+
+    def _route(self, decoded: DataFrame, failed) -> DataFrame:
+        transformed = transform.apply(decoded, self.pipeline.transform, failed)
+        return with_uid(transformed, self.pipeline.uid).persist()
+
+    def _write_dead_letters(self, staged, summary: BatchSummary, batch_id: int, txn) -> None:
+        faults.point("before_dead_letter", batch_id)
+        if summary.dead_letters:
+            rows = dead_letter.dead_letters(staged, self.pipeline.name, batch_id)
+            dead_letter.write(rows, self.pipeline.dead_letter, txn)
+        faults.point("after_dead_letter", batch_id)
+
+    def _merge(self, session, rows: DataFrame, summary: BatchSummary, batch_id: int, txn) -> MergeResult:
+        if not self._target_ready:
+            if not table_exists(session, self.pipeline.target):
+                create_table(session, self.pipeline.target, rows)
+            self._target_ready = True
+        with ledger.txn_settings(session, txn), faults.during("during_merge", batch_id):
+            merged = merge_batch(session, rows, self.pipeline, summary.bounds if self.bounded else {})
+        faults.point("after_target_commit", batch_id)
+        return merged
+
+    def _app_query_id(self, session) -> str:
+        # Spark writes the query id into the checkpoint when the query starts; it
+        # lives as long as the checkpoint, as the app id must.
+        if self._query_id is None:
+            self._query_id = ledger.checkpoint_query_id(session, self.pipeline.checkpoint)
+            if self._query_id is None:
+                raise RuntimeError(f"no query id in checkpoint {self.pipeline.checkpoint}/metadata")
+        return self._query_id
+
+
+def summarize(staged: DataFrame, pipeline: Pipeline) -> BatchSummary:
+    """Counts per stage, offsets and MERGE bounds, in one pass per Kafka partition."""
+    good = F.col(STAGE).isNull()
+    aggregates = [F.count(F.lit(1)).alias("read"),
+                  F.min(f"{RAW}.offset").alias("first"), F.max(f"{RAW}.offset").alias("last"),
+                  F.min(F.when(good, F.col(UID))).alias("uid_min"),
+                  F.max(F.when(good, F.col(UID))).alias("uid_max")]
+    aggregates += [F.sum(F.when(F.col(STAGE) == s, 1).otherwise(0)).alias(s) for s in STAGES]
+    horizon = pipeline.target.dedup_horizon
+    if horizon:
+        col, seconds = F.col(f"`{horizon.column}`"), horizon.within_seconds
+        fmt = "yyyy-MM-dd HH:mm:ss.SSSSSS"
+        aggregates += [
+            F.date_format(F.min(F.when(good, col)) - F.expr(f"INTERVAL {seconds} SECONDS"), fmt).alias("lo"),
+            F.date_format(F.max(F.when(good, col)) + F.expr(f"INTERVAL {seconds} SECONDS"), fmt).alias("hi"),
+            F.sum(F.when(good & col.isNull(), 1).otherwise(0)).alias("null_horizon"),
+        ]
+    per_partition = staged.groupBy(F.col(f"{RAW}.topic").alias("topic"),
+                                   F.col(f"{RAW}.partition").alias("partition")).agg(*aggregates).collect()
+    unique = staged.where(good).select(UID).distinct().count() if per_partition else 0
+    return _summary(per_partition, unique, horizon is not None)
+
+
+def _summary(rows, unique: int, with_horizon: bool) -> BatchSummary:
+    start, end, by_stage = {}, {}, {s: 0 for s in STAGES}
+    for row in rows:
+        start.setdefault(row.topic, {})[row.partition] = row.first
+        end.setdefault(row.topic, {})[row.partition] = row.last + 1
+        for s in STAGES:
+            by_stage[s] += row[s]
+    return BatchSummary(read=sum(r.read for r in rows), unique=unique, by_stage=by_stage,
+                        start_offsets=start, end_offsets=end, bounds=_bounds(rows, with_horizon))
+
+
+def _bounds(rows, with_horizon: bool) -> dict[str, str]:
+    bounds = {}
+    uids_min = [r.uid_min for r in rows if r.uid_min is not None]
+    if uids_min:
+        bounds["uid_min"] = min(uids_min)
+        bounds["uid_max"] = max(r.uid_max for r in rows if r.uid_max is not None)
+    # A record without the horizon column could match a target row anywhere: no bound then.
+    if with_horizon and not any(r.null_horizon for r in rows):
+        lows = [r.lo for r in rows if r.lo is not None]
+        if lows:
+            bounds["horizon_lo"] = min(lows)
+            bounds["horizon_hi"] = max(r.hi for r in rows if r.hi is not None)
+    return bounds
+
+
+def payload_schema(spark, pipeline: Pipeline) -> StructType | None:
+    if pipeline.source.format != "json":
+        return None
+    return spark.createDataFrame([], pipeline.source.schema).schema

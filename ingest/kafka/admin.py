@@ -1,0 +1,166 @@
+"""Read-only questions to the broker, outside Spark: is it there, which partitions
+exist, and which offsets they hold (earliest and end).
+
+The pipeline's `source.kafka.options` are written for Spark's Java client
+(`kafka.*`); the ones librdkafka understands under another spelling are
+translated here, so status, verify and the start-up checks authenticate the
+same way the query does.
+
+Refused credentials (or a TLS failure) fail at once: librdkafka would retry them
+until the timeout, and Spark's own client would retry for minutes.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from ingest.errors import IngestError
+from ingest.spec.model import KafkaSource
+
+_JAAS_FIELD = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
+_SAME_NAME = ("security.protocol", "sasl.mechanism", "ssl.ca.location", "ssl.certificate.location",
+              "ssl.key.location", "ssl.key.password", "ssl.endpoint.identification.algorithm")
+# Errors that no retry will cure: wrong credentials, TLS set-up, a fatal client state.
+_REFUSED = (KafkaError._AUTHENTICATION, KafkaError._SSL)
+_STEP_S = 1.0  # how often a metadata request looks at the errors reported meanwhile
+
+_QUIET = logging.getLogger("ingest.kafka.admin.librdkafka")
+_QUIET.addHandler(logging.NullHandler())
+_QUIET.propagate = False
+
+
+class BrokerUnreachable(IngestError):
+    """The broker did not answer, or refused our credentials."""
+
+
+def client_config(kafka: KafkaSource) -> dict[str, str]:
+    """librdkafka settings equivalent to the pipeline's Spark Kafka options."""
+    config = {"bootstrap.servers": kafka.bootstrap_servers}
+    options = dict(kafka.options)
+    for key in _SAME_NAME:
+        if key in options:
+            config[key] = str(options[key])
+    jaas = options.get("sasl.jaas.config")
+    if jaas:
+        fields = dict(_JAAS_FIELD.findall(jaas))
+        if "username" in fields:
+            config["sasl.username"] = _unescape(fields["username"])
+        if "password" in fields:
+            config["sasl.password"] = _unescape(fields["password"])
+    return config
+
+
+def _unescape(value: str) -> str:
+    """JAAS quoted strings escape `"` and `\\` with a backslash."""
+    return re.sub(r"\\(.)", r"\1", value)
+
+
+def _consumer(kafka: KafkaSource, errors: list, **extra) -> Consumer:
+    return Consumer({
+        **client_config(kafka),
+        "group.id": f"ingest-admin-{uuid.uuid4().hex}",
+        "enable.auto.commit": False,
+        "isolation.level": kafka.isolation_level,
+        "socket.timeout.ms": 10000,
+        # collected, so that refused credentials fail at once with librdkafka's reason
+        "error_cb": errors.append,
+        "logger": _QUIET,
+        **extra,
+    })
+
+
+def _metadata(consumer: Consumer, kafka: KafkaSource, errors: list, timeout: float):
+    """The cluster metadata; raises BrokerUnreachable as soon as the broker refuses us."""
+    deadline = time.monotonic() + timeout
+    while True:
+        step = max(0.1, min(_STEP_S, deadline - time.monotonic()))
+        try:
+            return consumer.list_topics(timeout=step)
+        except KafkaException as error:
+            consumer.poll(0)  # serves error_cb: the reason is reported there, not in `error`
+            refused = [e for e in errors if e.code() in _REFUSED or e.fatal()]
+            if refused:
+                raise BrokerUnreachable(f"Kafka at {kafka.bootstrap_servers} refused the connection: "
+                                        f"{refused[0].str()}") from None
+            if time.monotonic() >= deadline:
+                raise BrokerUnreachable(_unreachable(kafka, errors, error)) from None
+
+
+def check_reachable(kafka: KafkaSource, timeout: float = 15) -> dict[str, list[int]]:
+    """The pre-flight check before a query starts: the broker answers with these
+    credentials. Returns the subscribed topics' partitions (a topic that does not
+    exist is absent); raises BrokerUnreachable within `timeout`, at once for
+    refused credentials."""
+    return partitions(kafka, timeout)
+
+
+def partitions(kafka: KafkaSource, timeout: float = 15) -> dict[str, list[int]]:
+    """The subscribed topics' partitions; raises BrokerUnreachable with a clear reason."""
+    errors: list = []
+    consumer = _consumer(kafka, errors)
+    try:
+        metadata = _metadata(consumer, kafka, errors, timeout)
+        pattern = re.compile(kafka.pattern) if kafka.pattern else None
+        found = {}
+        for name, topic in metadata.topics.items():
+            if (pattern and pattern.fullmatch(name)) or name in kafka.topics:
+                if topic.error is None:
+                    found[name] = sorted(topic.partitions)
+        return found
+    finally:
+        consumer.close()
+
+
+def watermarks(kafka: KafkaSource, timeout: float = 15) -> dict[str, dict[int, tuple[int, int]]]:
+    """(earliest, end) offset per partition of every subscribed topic. With
+    read_committed, end is the last stable offset, as Spark's "latest" is."""
+    errors: list = []
+    found = partitions(kafka, timeout)
+    consumer = _consumer(kafka, errors)
+    try:
+        marks: dict[str, dict[int, tuple[int, int]]] = {}
+        for topic, parts in found.items():
+            for partition in parts:
+                try:
+                    low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition),
+                                                               timeout=timeout)
+                except KafkaException as error:
+                    raise BrokerUnreachable(_unreachable(kafka, errors, error)) from None
+                marks.setdefault(topic, {})[partition] = (low, high)
+        return marks
+    finally:
+        consumer.close()
+
+
+def first_record_between(kafka: KafkaSource, topic: str, partition: int, start: int, end: int,
+                         timeout: float = 15) -> int | None:
+    """The offset of the first record in [start, end) a read_committed reader gets, or
+    None when the range holds only transaction markers and aborted records."""
+    errors: list = []
+    consumer = _consumer(kafka, errors, **{"enable.partition.eof": True})
+    try:
+        _metadata(consumer, kafka, errors, timeout)
+        consumer.assign([TopicPartition(topic, partition, start)])
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            message = consumer.poll(_STEP_S)
+            if message is None:
+                continue
+            if message.error() is None:
+                return message.offset() if message.offset() < end else None
+            if message.error().code() == KafkaError._PARTITION_EOF:
+                return None
+            raise BrokerUnreachable(f"reading {topic}/{partition} at {start}: {message.error().str()}")
+        raise BrokerUnreachable(f"reading {topic}/{partition} at {start}: no answer within {timeout:.0f}s")
+    finally:
+        consumer.close()
+
+
+def _unreachable(kafka: KafkaSource, errors: list, error: Exception) -> str:
+    reasons = "; ".join(sorted({e.str() for e in errors if hasattr(e, "str")})) or str(error)
+    return f"Kafka at {kafka.bootstrap_servers} did not answer: {reasons}"

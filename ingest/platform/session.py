@@ -1,0 +1,130 @@
+"""SparkSession set-up: Delta, Spark's Kafka connector, and where their jars come from.
+
+`configure_builder` takes a builder and returns it configured, in the style of
+delta-spark's `configure_spark_with_delta_pip`. `get_session` reuses a session
+that already exists (Databricks, a notebook, spark-submit) with its settings
+as they are, and otherwise builds one. Nothing here runs at import time.
+
+Jars (`INGEST_JARS`):
+  cache (default)   resolve once with Maven into the cache folder, then `spark.jars`
+  packages          Spark's own `spark.jars.packages` (Ivy) resolution
+  none              add nothing: Databricks, or `spark-submit --jars/--packages`
+  <a folder>        every jar in that folder (air-gapped clusters)
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ingest.errors import IngestError
+from ingest.platform import jars
+
+DELTA_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+
+LOG_CONFIG = Path(__file__).parents[1] / "resources" / "log4j2.properties"
+
+LOCAL_DEFAULTS = {
+    "spark.sql.shuffle.partitions": "4",
+    "spark.driver.memory": "2g",
+    "spark.ui.showConsoleProgress": "false",
+    # Delta rebuilds the table's file list (log replay) in 50 tasks by default, several
+    # times per MERGE; on a local machine that is most of a small batch (bench/README.md)
+    "spark.databricks.delta.snapshotPartitions": "4",
+    # Spark's default log config prints INFO on stdout until setLogLevel runs; ours keeps
+    # stdout for what `ingest` reports
+    "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG_CONFIG}",
+}
+
+
+class SessionError(IngestError):
+    """The SparkSession could not be configured."""
+
+
+def on_databricks() -> bool:
+    return "DATABRICKS_RUNTIME_VERSION" in os.environ
+
+
+def under_spark_submit() -> bool:
+    """spark-submit launches the Python driver with a gateway already up."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def jar_mode() -> str:
+    default = "none" if on_databricks() or under_spark_submit() else "cache"
+    return os.environ.get("INGEST_JARS", default)
+
+
+def jar_conf(mode: str | None = None) -> dict[str, str]:
+    """The Spark settings that bring Delta and the Kafka connector for a jar mode."""
+    mode = mode or jar_mode()
+    if mode == "none":
+        return {}
+    if mode == "packages":
+        return {"spark.jars.packages": ",".join(a.coordinate for a in jars.spark_artifacts())}
+    if mode == "cache":
+        return {"spark.jars": ",".join(str(p) for p in jars.resolve_spark_jars())}
+    folder = Path(mode)
+    found = sorted(folder.glob("*.jar")) if folder.is_dir() else []
+    if not found:
+        raise SessionError(
+            f"INGEST_JARS={mode!r} is neither cache, packages, none nor a folder with jars"
+        )
+    return {"spark.jars": ",".join(str(p) for p in found)}
+
+
+def _check_jar_mode() -> None:
+    """Under spark-submit the driver's JVM is already running: jars set now would
+    reach the executors but not the driver, which then fails on its first query."""
+    mode = jar_mode()
+    if under_spark_submit() and mode != "none":
+        raise SessionError(
+            f"INGEST_JARS={mode!r} cannot take effect under spark-submit (the driver is "
+            "already running); give the jars to spark-submit instead: --jars <jar,jar,...> "
+            "or --packages <coordinates> (docs/cluster.md)")
+
+
+def configure_builder(builder, extra_conf: dict[str, str] | None = None, mode: str | None = None):
+    """Return `builder` set up for Delta and Kafka; `extra_conf` wins over defaults."""
+    settings = {**DELTA_CONF, **jar_conf(mode), **(extra_conf or {})}
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    return builder
+
+
+def get_session(app_name: str = "ingest", conf: dict[str, str] | None = None,
+                master: str | None = None):
+    """The active SparkSession if there is one (used as is), else a new configured one."""
+    from pyspark.sql import SparkSession
+
+    existing = existing_session()
+    if existing is not None:
+        return existing
+    _check_jar_mode()
+    builder = SparkSession.builder.appName(app_name)
+    conf = dict(conf or {})
+    if not (on_databricks() or under_spark_submit()):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        conf = {**LOCAL_DEFAULTS, **conf}
+        builder = builder.master(master or conf.pop("spark.master", "local[*]"))
+    session = configure_builder(builder, conf).getOrCreate()
+    session.sparkContext.setLogLevel("WARN")
+    return session
+
+
+def existing_session():
+    """A session someone else started, untouched; None when there is none.
+
+    The active session of this thread first. On Databricks the runtime owns the
+    session, and a job's code may run in a thread where it is not the active
+    one: an empty builder returns it without setting anything on it (a
+    configured builder would apply its settings to the runtime's session)."""
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None or not on_databricks():
+        return active
+    return SparkSession.builder.getOrCreate()

@@ -1,0 +1,159 @@
+"""Runs pipelines: one streaming query each in one Spark application.
+
+`claim` needs no Spark, so it fails fast: take each checkpoint's lease and
+ask the broker for its offsets (it is down, or refuses the credentials).
+`start` then decides where to resume, applies the retention guard and starts
+the queries; `wait` stops every query cleanly on request or when one fails.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Callable
+
+from ingest.batch.processor import BatchReport
+from ingest.run import recovery
+from ingest.run.checkpoint import read_state
+from ingest.run.fencing import Lease
+from ingest.run.progress import CatchUp
+from ingest.run.query import start_query
+from ingest.spec.model import Pipeline
+
+
+@dataclass(frozen=True)
+class Outcome:
+    pipeline: str
+    batches: int
+    error: str | None = None
+
+
+@dataclass
+class _Running:
+    pipeline: Pipeline
+    lease: Lease
+    watermarks: dict
+    catch_up: CatchUp | None = None
+    query: object = None
+    processor: object = None
+    batches: int = 0
+
+
+class Supervisor:
+    def __init__(self, pipelines: list[Pipeline], once: bool,
+                 on_report: Callable[[BatchReport, CatchUp], None],
+                 on_note: Callable[[str], None]):
+        self.pipelines, self.once = pipelines, once
+        self.on_report, self.on_note = on_report, on_note
+        self.spark = None
+        self.running: list[_Running] = []
+        self._stop = threading.Event()
+
+    def claim(self) -> None:
+        """Leases and broker checks for every pipeline; on any failure none is held."""
+        try:
+            for pipeline in self.pipelines:
+                lease = Lease(pipeline.name, pipeline.checkpoint)
+                lease.acquire()
+                self.running.append(_Running(pipeline, lease, {}))
+                self.running[-1].watermarks = recovery.fetch_watermarks(pipeline)
+        except BaseException:
+            self.release()
+            raise
+
+    def release(self) -> None:
+        for run in self.running:
+            run.lease.release()
+
+    def start(self, spark) -> None:
+        self.spark = spark
+        try:
+            for run in self.running:
+                self._start_one(run)
+        except BaseException:
+            self._stop_all()
+            raise
+
+    def _start_one(self, run: _Running) -> None:
+        pipeline, watermarks = run.pipeline, run.watermarks
+        plan = recovery.plan_start(self.spark, pipeline, watermarks)
+        for note in plan.notes + recovery.check_gaps(pipeline, plan):
+            self.on_note(note)
+        lows = {t: {p: low for p, (low, _) in parts.items()} for t, parts in watermarks.items()}
+        run.catch_up = CatchUp(pipeline.name, start=plan.resume_from or lows,
+                               goal={t: {p: high for p, (_, high) in parts.items()}
+                                     for t, parts in watermarks.items()})
+        run.query, run.processor = start_query(
+            self.spark, pipeline, once=self.once, starting_offsets=plan.starting_offsets,
+            on_report=lambda report: self._reported(run, report))
+
+    def _reported(self, running: _Running, report: BatchReport) -> None:
+        running.batches += 1
+        running.catch_up.advance(report.summary.end_offsets)
+        self.on_report(report, running.catch_up)
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def wait(self, poll_s: float = 0.5) -> list[Outcome]:
+        """Until every query ended; the first failure stops the others."""
+        outcomes: dict[str, Outcome] = {}
+        try:
+            while len(outcomes) < len(self.running):
+                for run in self.running:
+                    if run.pipeline.name in outcomes:
+                        continue
+                    _await(run.query, poll_s / max(1, len(self.running)))
+                    if not run.query.isActive:
+                        outcomes[run.pipeline.name] = self._outcome(run)
+                if self._stop.is_set() or any(o.error for o in outcomes.values()):
+                    self._stop_all()
+        finally:
+            self._stop_all()
+        return [outcomes[r.pipeline.name] for r in self.running]
+
+    def _stop_all(self) -> None:
+        for run in self.running:
+            if run.query is not None and run.query.isActive:
+                run.query.stop()
+        self.release()
+
+    def _outcome(self, run: _Running) -> Outcome:
+        error = run.query.exception()
+        if error is None:
+            return Outcome(run.pipeline.name, run.batches)
+        return Outcome(run.pipeline.name, run.batches, self._describe_failure(run, error))
+
+    def _describe_failure(self, run: _Running, error) -> str:
+        failure = getattr(run.processor, "failure", None)
+        if failure is not None:
+            batch_id, offsets, cause = failure
+        else:
+            batch_id, offsets, cause = None, None, error
+        if offsets is None:
+            state = read_state(self.spark, run.pipeline.checkpoint)
+            batch_id = batch_id if batch_id is not None else state.planned_batch
+            offsets = state.committed_offsets
+            where = "after offsets"
+        else:
+            where = "offsets"
+        position = " ".join(f"{t}/{p}:{o}" for t, parts in sorted((offsets or {}).items())
+                            for p, o in sorted(parts.items())) or "unknown"
+        return (f"pipeline {run.pipeline.name} failed in batch {batch_id} ({where} {position}): "
+                f"{_first_lines(cause)}")
+
+
+def _await(query, seconds: float) -> None:
+    """Wait a little; a failed query raises here, and its error is read by `_outcome`."""
+    from pyspark.errors import StreamingQueryException
+
+    try:
+        query.awaitTermination(seconds)
+    except StreamingQueryException:
+        pass
+
+
+def _first_lines(error, count: int = 3) -> str:
+    text = getattr(error, "desc", None) or str(error)
+    lines = [line for line in str(text).strip().splitlines() if line.strip()]
+    return "\n  ".join(lines[:count]) if lines else type(error).__name__

@@ -1,0 +1,227 @@
+"""Where `${VAR}` values come from (environment, `conf/<env>.yaml`, a Databricks
+secret scope), and secret masking: the one place that decides what is printed
+as `***`. Every output (plan, validate, status, logs, Delta commit metadata)
+goes through `mask` or `mask_mapping`.
+
+The conf format is documented in docs/configuration.md.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+from ingest.errors import Problem, SpecErrors
+from ingest.spec.yaml_tree import LineIndex, join, read_yaml
+
+MASK = "***"
+DEFAULT_ENV = "local"
+# Key names whose values are secret wherever they appear (Kafka options, spark_conf, ...).
+SECRET_KEY = re.compile(
+    r"password|secret|token|jaas|sasl.*config|key(store)?\.password|api.?key|credential"
+    r"|private.?key|access.?key|account\.key",
+    re.IGNORECASE,
+)
+VAR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+CONF_KEYS = ("vars", "secrets", "secret_scope")
+
+SecretReader = Callable[[str, str], "str | None"]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """One environment's conf file, read and checked."""
+
+    env: str = DEFAULT_ENV
+    conf_file: str = "conf/local.yaml"
+    found: bool = False
+    vars: Mapping[str, str] = field(default_factory=dict)
+    secret_names: frozenset[str] = frozenset()
+    secret_scope: str | None = None
+    scope_keys: Mapping[str, str] = field(default_factory=dict)  # variable -> key in the scope
+
+    def places(self, name: str) -> str:
+        """Where `name` was looked for, for a missing-variable message."""
+        conf = f"{self.conf_file} vars" if self.found else f"{self.conf_file} (no such file)"
+        places = ["the environment", conf]
+        if name in self.scope_keys:
+            places.append(f"secret scope {self.secret_scope!r} key {self.scope_keys[name]!r}")
+        return ", ".join(places)
+
+
+@dataclass(frozen=True)
+class Lookup:
+    value: str | None
+    secret: bool
+
+
+def is_secret_key(key: Any) -> bool:
+    return isinstance(key, str) and SECRET_KEY.search(key) is not None
+
+
+def is_secret_var(settings: Settings, name: str) -> bool:
+    """Marked in the conf's `secrets`, or named like a secret (KAFKA_PASSWORD)."""
+    return name in settings.secret_names or is_secret_key(name)
+
+
+def lookup(settings: Settings, name: str, environ: Mapping[str, str],
+           read_secret: SecretReader | None = None) -> Lookup:
+    """A variable's value: the environment first, then the conf's vars, then the secret scope."""
+    secret = is_secret_var(settings, name)
+    if name in environ:
+        return Lookup(environ[name], secret)
+    if name in settings.vars:
+        return Lookup(settings.vars[name], secret)
+    if name in settings.scope_keys and settings.secret_scope:
+        reader = read_secret or default_secret_reader()
+        value = reader(settings.secret_scope, settings.scope_keys[name]) if reader else None
+        return Lookup(value, True)
+    return Lookup(None, secret)
+
+
+def default_secret_reader() -> SecretReader | None:
+    """dbutils.secrets.get on Databricks; elsewhere there is no secret scope."""
+    if "DATABRICKS_RUNTIME_VERSION" not in os.environ:
+        return None
+    from ingest.platform.databricks import read_secret
+
+    return read_secret
+
+
+def mask(text: str, secret_values: Iterable[str]) -> str:
+    """`text` with every secret value replaced by ***; longest first, so that a
+    secret containing another is not left half shown."""
+    for value in sorted({v for v in secret_values if v}, key=len, reverse=True):
+        text = text.replace(value, MASK)
+    return text
+
+
+def mask_mapping(values: Any) -> Any:
+    """A copy of nested dicts/lists with the values of secret-looking keys as ***."""
+    if isinstance(values, Mapping):
+        return {key: MASK if is_secret_key(key) else mask_mapping(value)
+                for key, value in values.items()}
+    if isinstance(values, (list, tuple)):
+        return [mask_mapping(value) for value in values]
+    return values
+
+
+def conf_path(env: str, conf_dir: str | Path | None = None) -> Path:
+    conf_dir = conf_dir if conf_dir is not None else os.environ.get("INGEST_CONF_DIR", "conf")
+    return Path(conf_dir) / f"{env}.yaml"
+
+
+def load_settings(env: str = DEFAULT_ENV, conf_dir: str | Path | None = None) -> Settings:
+    """Read `conf/<env>.yaml`; raises SpecErrors. A missing file is fine only for
+    the default env, so `ingest validate` works outside a project folder."""
+    path = conf_path(env, conf_dir)
+    if not path.is_file():
+        if env == DEFAULT_ENV:
+            return Settings(env=env, conf_file=str(path))
+        raise SpecErrors([Problem("unknown_env", "", f"no conf file for environment {env!r}; "
+                                  f"expected one of {_known_envs(path.parent)}", None, str(path))])
+    return settings_from_text(path.read_text(encoding="utf-8"), str(path), env)
+
+
+def _known_envs(conf_dir: Path) -> str:
+    names = sorted(p.stem for p in conf_dir.glob("*.yaml")) if conf_dir.is_dir() else []
+    return ", ".join(names) if names else f"a {conf_dir}/<env>.yaml file (none found)"
+
+
+def settings_from_text(text: str, file: str, env: str = DEFAULT_ENV) -> Settings:
+    doc = read_yaml(text, file)
+    check = _ConfCheck(doc.index, list(doc.problems))
+    settings = check.settings(doc.value, env) if not doc.problems else None
+    if check.problems:
+        raise SpecErrors(check.problems)
+    return settings
+
+
+class _ConfCheck:
+    """Checks a conf file's values, collecting every problem."""
+
+    def __init__(self, index: LineIndex, problems: list[Problem]):
+        self.index = index
+        self.problems = problems
+
+    def add(self, code: str, path: str, message: str) -> None:
+        self.problems.append(Problem(code, path, message, self.index.line(path), self.index.file))
+
+    def settings(self, raw: Any, env: str) -> Settings:
+        raw = self.top(raw)
+        scope = raw.get("secret_scope")
+        if scope is not None and not isinstance(scope, str):
+            self.add("wrong_type", "secret_scope", "expected the name of a Databricks secret scope")
+            scope = None
+        names, scope_keys = self.secrets(raw.get("secrets"), scope)
+        variables = self.variables(raw.get("vars"), names)
+        return Settings(env, self.index.file, True, variables, frozenset(names), scope, scope_keys)
+
+    def top(self, raw: Any) -> dict:
+        if raw is None:
+            return {}
+        if not isinstance(raw, dict):
+            self.add("wrong_type", "", f"expected a mapping with keys {', '.join(CONF_KEYS)}")
+            return {}
+        for key in raw:
+            if key not in CONF_KEYS:
+                self.add("unknown_key", join("", key),
+                         f"unknown key; expected one of {', '.join(CONF_KEYS)}")
+        return raw
+
+    def variables(self, raw: Any, secret_names: set[str]) -> dict[str, str]:
+        if raw is None:
+            return {}
+        if not isinstance(raw, dict):
+            self.add("wrong_type", "vars", "expected a mapping of VARIABLE: value")
+            return {}
+        result = {}
+        for name, value in raw.items():
+            path = join("vars", name)
+            if self.var_name(path, name) and self.var_value(path, name, value, secret_names):
+                result[name] = _conf_text(value)
+        return result
+
+    def var_name(self, path: str, name: Any) -> bool:
+        if isinstance(name, str) and VAR_NAME.fullmatch(name):
+            return True
+        self.add("bad_value", path, f"{name!r} is not a variable name; expected letters, digits and _")
+        return False
+
+    def var_value(self, path: str, name: str, value: Any, secret_names: set[str]) -> bool:
+        if name in secret_names:
+            self.add("bad_value", path, "a secret's value is written in the conf file; expected it "
+                     "in the environment or the secret scope (remove it from vars)")
+            return False
+        if isinstance(value, (dict, list)) or value is None:
+            self.add("wrong_type", path, "expected a single value (text or number)")
+            return False
+        return True
+
+    def secrets(self, raw: Any, scope: str | None) -> tuple[set[str], dict[str, str]]:
+        """`secrets: [NAME, ...]` (from the environment) or `{NAME: scope key}` (Databricks)."""
+        if raw is None:
+            return set(), {}
+        if isinstance(raw, list):
+            names = {name for position, name in enumerate(raw)
+                     if self.var_name(f"secrets[{position}]", name)}
+            return names, {}
+        if isinstance(raw, dict):
+            if scope is None:
+                self.add("missing_key", "secrets", "variables mapped to secret scope keys, but "
+                         "no scope; expected secret_scope: <name of the Databricks secret scope>")
+            keys = {name: str(key) for name, key in raw.items()
+                    if self.var_name(join("secrets", name), name)}
+            return set(keys), keys
+        self.add("wrong_type", "secrets", "expected a list of variable names, "
+                 "or a mapping of variable: key in the secret scope")
+        return set(), {}
+
+
+def _conf_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

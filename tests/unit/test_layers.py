@@ -1,0 +1,50 @@
+"""The package's layers (docs/architecture.md): each imports only the layers below it."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "ingest"
+# Bottom to top. A module at the top level that is not named here is a face.
+LAYERS = ["errors", "platform", "spec", "kafka", "batch", "run", "audit"]
+FACES = len(LAYERS)
+
+
+def layer_of(module: str) -> int:
+    parts = module.split(".")
+    if parts[0] != "ingest" or len(parts) == 1:
+        return FACES
+    return LAYERS.index(parts[1]) if parts[1] in LAYERS else FACES
+
+
+def imports_of(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == "ingest":
+                found += [f"ingest.{alias.name}" for alias in node.names]
+            else:
+                found.append(node.module)
+        elif isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+    return [name for name in found if name == "ingest" or name.startswith("ingest.")]
+
+
+def modules():
+    for path in sorted(PACKAGE.rglob("*.py")):
+        dotted = ".".join(("ingest", *path.relative_to(PACKAGE).with_suffix("").parts))
+        yield dotted.removesuffix(".__init__"), path
+
+
+@pytest.mark.parametrize("module,path", list(modules()), ids=lambda v: str(v) if isinstance(v, str) else "")
+def test_imports_point_down(module, path):
+    own = layer_of(module)
+    upward = [name for name in imports_of(path)
+              if layer_of(name) > own and not (own == FACES and layer_of(name) == FACES)]
+    assert not upward, f"{module} (layer {own}) imports from above: {upward}"
+
+
+def test_every_subpackage_is_a_known_layer():
+    subpackages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
+    assert subpackages <= set(LAYERS), subpackages - set(LAYERS)
