@@ -42,6 +42,8 @@ PROBLEM_CODES = {
     "bad_column": "a column that is not in the payload, or of the wrong type",
     "bad_variable": "a malformed ${...} reference",
     "missing_variable": "a ${VAR} with no value in any place looked in",
+    "unknown_template": "a template variable other than ${topic}, or one outside the target and dead_letter",
+    "template_rules": "per-topic dead letters or schemas without ${topic} in the target",
     "unknown_env": "no conf/<env>.yaml for the selected environment",
     "duplicate_name": "two pipelines share a name or a checkpoint",
     "bad_ddl": "source.schema is not a Spark DDL schema",

@@ -20,6 +20,7 @@ from typing import Any, Iterable, Mapping
 
 from ingest.errors import Problem, SpecErrors
 from ingest.spec import settings as conf
+from ingest.spec import template
 from ingest.spec.model import (
     FORMATS,
     ISOLATION_LEVELS,
@@ -41,7 +42,7 @@ from ingest.spec.yaml_tree import LineIndex, join, read_yaml
 
 TOP_KEYS = ("name", "source", "transform", "uid", "target", "checkpoint", "dead_letter",
             "trigger", "spark_conf")
-SOURCE_KEYS = ("kafka", "format", "schema")
+SOURCE_KEYS = ("kafka", "format", "schema", "schemas")
 KAFKA_KEYS = ("bootstrap_servers", "topics", "pattern", "starting_offsets",
               "max_offsets_per_trigger", "isolation_level", "allow_data_loss", "options")
 TRANSFORM_KEYS = ("select", "where")
@@ -208,13 +209,21 @@ class _Resolver:
             self.problem("bad_variable", path, f"{match.group(0)!r} is not a variable reference; "
                          "expected ${NAME} or ${NAME:-default} (write $${ for a literal ${)")
             return match.group(0)
-        return self.value(inner.group(1), inner.group(2), path)
+        return self.value(inner.group(1), inner.group(2), path, match.group(0))
 
-    def value(self, name: str, default: str | None, path: str) -> str:
+    def value(self, name: str, default: str | None, path: str, written: str) -> str:
+        if name in template.VARIABLES:
+            return self.template_variable(name, path, written)
         found = conf.lookup(self.settings, name, self.environ, self.read_secret)
         value = found.value
         if not value and default is not None:  # shell semantics: `:-` also covers empty
             value = default
+        if value is None and path in template.TEMPLATE_KEYS and _looks_like_template(name):
+            self.problem("unknown_template", path, f"{written} is not a template variable "
+                         f"(nor a variable set in {self.settings.places(name)}); expected "
+                         f"{one_of('${' + v + '}' for v in template.VARIABLES)}"
+                         f"{did_you_mean('${' + name + '}', ['${' + v + '}' for v in template.VARIABLES])}")
+            return ""
         if value is None:
             self.problem("missing_variable", path, f"${{{name}}} is not set (looked in "
                          f"{self.settings.places(name)}); expected a value there, "
@@ -224,8 +233,27 @@ class _Resolver:
             self.out.secrets.add(value)
         return value
 
+    def template_variable(self, name: str, path: str, written: str) -> str:
+        """Kept as written: filled in per topic at run time (`template.for_topic`)."""
+        if path not in template.TEMPLATE_KEYS:
+            self.problem("unknown_template", path, f"{written} is a template variable, filled in "
+                         f"per topic; expected it only in {one_of(template.TEMPLATE_KEYS)}")
+            return ""
+        if written != template.TOPIC:
+            self.problem("unknown_template", path, f"{written} takes no default; expected "
+                         f"{template.TOPIC}")
+            return ""
+        return written
+
     def problem(self, code: str, path: str, message: str) -> None:
         self.out.problems.append(Problem(code, path, message, self.index.line(path), self.index.file))
+
+
+def _looks_like_template(name: str) -> bool:
+    """Template variables are lower case; an unset lower-case name, or one close to a
+    template variable (`${Topic}`), is taken for a misspelt one, not for the environment."""
+    return name == name.lower() or name.lower() in template.VARIABLES \
+        or did_you_mean(name, template.VARIABLES) != ""
 
 
 # --- the contract, key by key --------------------------------------------------
@@ -248,6 +276,8 @@ def build(c: Check, raw: Any) -> Pipeline | None:
     spark_conf = c.scalar_map("spark_conf", top.get("spark_conf"))
     if source and target and uid:
         _columns(c, source, transform, uid, target)
+    if source and target and dead_letter:
+        _template_rules(c, source, target, dead_letter)
     if c.problems:
         return None
     return Pipeline(name, source, uid, target, checkpoint, dead_letter, transform, trigger,
@@ -276,13 +306,40 @@ def _source(c: Check, top: dict) -> Source | None:
     fmt = c.enum("source.format", source.get("format"), FORMATS, "a format", default="json")
     schema = c.text("source.schema", source.get("schema"),
                              'a Spark DDL schema, e.g. "id STRING, ts TIMESTAMP"')
-    if fmt == "json" and source.get("schema") is None and not c.misspelt("source.schema"):
+    schemas = _schemas(c, source.get("schemas"), kafka)
+    if fmt == "json" and source.get("schema") is None and not schemas \
+            and not c.misspelt("source.schema"):
         c.add("schema_rules", "source", "format json needs a schema; expected source.schema: "
               'a Spark DDL string, e.g. "order_id STRING, ts TIMESTAMP"')
-    if fmt in ("string", "bytes") and schema is not None:
+    if fmt in ("string", "bytes") and (schema is not None or schemas):
         c.add("schema_rules", "source", f"a schema is only used with format json; expected no "
               f"schema with format {fmt} (the payload is one column, value)")
-    return None if c.failed(mark) else Source(kafka, fmt, schema)
+    return None if c.failed(mark) else Source(kafka, fmt, schema, frozen_map(schemas))
+
+
+def _schemas(c: Check, raw: Any, kafka: KafkaSource | None) -> dict[str, str]:
+    """`schemas: {topic: DDL}`: a topic's own schema; the others use `schema`."""
+    path = "source.schemas"
+    values = c.scalar_map(path, raw) or {}
+    for topic in values:
+        entry = join(path, topic)
+        if not TOPIC.fullmatch(topic):
+            c.add("bad_value", entry, f"{topic!r} is not a Kafka topic name; expected letters, "
+                  "digits, '.', '_' and '-'")
+        elif kafka is not None and kafka.topics and topic not in kafka.topics:
+            c.add("bad_value", entry, f"topic {topic!r} is not subscribed; expected one of "
+                  f"{', '.join(kafka.topics)}{did_you_mean(topic, kafka.topics)}")
+        elif kafka is not None and kafka.pattern and not _matches(kafka.pattern, topic):
+            c.add("bad_value", entry, f"topic {topic!r} does not match source.kafka.pattern "
+                  f"{kafka.pattern!r}; expected a topic the pattern subscribes to")
+    return values
+
+
+def _matches(pattern: str, topic: str) -> bool:
+    try:
+        return re.fullmatch(pattern, topic) is not None
+    except re.error:
+        return True  # the pattern itself is reported
 
 
 def _kafka(c: Check, source: dict) -> KafkaSource | None:
@@ -468,7 +525,7 @@ def _location(c: Check, section: str, values: dict) -> tuple[str | None, str | N
     """Exactly one of path / table (target and dead_letter)."""
     path = c.text(f"{section}.path", values.get("path"), "a folder for the Delta table")
     table = c.text(f"{section}.table", values.get("table"), "a table name, e.g. main.sales.orders")
-    if table is not None and not TABLE_NAME.fullmatch(table):
+    if table is not None and not TABLE_NAME.fullmatch(template.render(table, "t", in_table_name=True)):
         c.add("bad_value", f"{section}.table", f"{table!r} is not a table name; expected "
               "[catalog.][schema.]table, e.g. main.sales.orders")
     if values.get("path") is not None and values.get("table") is not None:
@@ -532,6 +589,26 @@ def _dead_letter(c: Check, raw: Any, target: Target | None) -> DeadLetter | None
         c.add("bad_value", "dead_letter", f"{dead_letter.location!r} is the target itself; "
               "expected a table of its own for dead letters")
     return dead_letter
+
+
+def _template_rules(c: Check, source: Source, target: Target, dead_letter: DeadLetter) -> None:
+    """Per-topic output (dead letters or schemas per topic) needs a per-topic target:
+    otherwise every topic's records would meet in one table after all."""
+    if template.TOPIC in target.location or any(p.path in template.TEMPLATE_KEYS[:2]
+                                                for p in c.problems):
+        return  # per topic, or a misspelt template already reported
+    subscription = (f"source.kafka.pattern {source.kafka.pattern!r}" if source.kafka.pattern
+                    else "source.kafka.topics")
+    where = "target.table" if target.table else "target.path"
+    if template.TOPIC in dead_letter.location:
+        key = "dead_letter.table" if dead_letter.table else "dead_letter.path"
+        c.add("template_rules", key, f"dead letters per topic, but one target for all of "
+              f"{subscription}; expected {template.TOPIC} in {where} too, e.g. "
+              f"{target.location.rstrip('/')}/{template.TOPIC}")
+    if source.schemas:
+        c.add("template_rules", "source.schemas", f"a schema per topic, but one target for all of "
+              f"{subscription}; expected {template.TOPIC} in {where}, e.g. "
+              f"{target.location.rstrip('/')}/{template.TOPIC}")
 
 
 def _trigger(c: Check, raw: Any) -> Trigger:
@@ -639,7 +716,8 @@ def to_document(pipeline: Pipeline) -> dict:
     document = {
         "name": pipeline.name,
         "source": _drop_empty({"kafka": _kafka_document(pipeline.source.kafka),
-                               "format": pipeline.source.format, "schema": pipeline.source.schema}),
+                               "format": pipeline.source.format, "schema": pipeline.source.schema,
+                               "schemas": dict(pipeline.source.schemas)}),
         "transform": _drop_empty({"select": list(pipeline.transform.select),
                                   "where": pipeline.transform.where}) if pipeline.transform else None,
         "uid": _uid_document(pipeline.uid),
@@ -707,4 +785,7 @@ def _escape_variables(value: Any) -> Any:
         return {key: _escape_variables(child) for key, child in value.items()}
     if isinstance(value, list):
         return [_escape_variables(child) for child in value]
-    return value.replace("${", "$${") if isinstance(value, str) else value
+    if not isinstance(value, str):
+        return value
+    # a target template stays as written: it is the contract's spelling, not a variable
+    return value.replace("${", "$${").replace("$" + template.TOPIC, template.TOPIC)

@@ -40,6 +40,8 @@ class Source:
     kafka: KafkaSource
     format: str = "json"
     schema: str | None = None  # Spark DDL; required for json
+    # per-topic DDL with a pattern; a topic not named here uses `schema`
+    schemas: Mapping[str, str] = field(default_factory=frozen_map)
 
 
 @dataclass(frozen=True)

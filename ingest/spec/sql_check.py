@@ -38,13 +38,29 @@ def check_sql(pipeline: Pipeline, spark) -> list[Problem]:
     """Every DDL / SQL / column problem of a loaded pipeline, with key paths."""
     problems: list[Problem] = []
     with quiet_spark_errors():
-        decoded = _decoded_frame(spark, pipeline.source, problems)
-        if decoded is None:
-            return problems
-        output = _transformed(decoded, pipeline.transform, problems)
-        if output is not None:
-            problems += _column_problems(pipeline, output.schema)
-    return problems
+        for path, source in _schema_variants(pipeline.source):
+            decoded = _decoded_frame(spark, source, problems, path)
+            if decoded is None:
+                continue
+            output = _transformed(decoded, pipeline.transform, problems)
+            if output is not None:
+                problems += _column_problems(pipeline, output.schema)
+    return _unique(problems)
+
+
+def _schema_variants(source: Source) -> list[tuple[str, Source]]:
+    """The shared schema and each topic's own (`source.schemas`): the transform and the
+    uid must fit every one of them."""
+    from dataclasses import replace
+
+    variants = [("source.schema", source)] if source.schema or not source.schemas else []
+    variants += [(f"source.schemas.{topic}", replace(source, schema=ddl))
+                 for topic, ddl in source.schemas.items()]
+    return variants
+
+
+def _unique(problems: list[Problem]) -> list[Problem]:
+    return list(dict.fromkeys(problems))
 
 
 def parse_schema(spark, ddl: str):
@@ -79,7 +95,7 @@ def quiet_spark_errors() -> Iterator[None]:
             logger.disabled = disabled
 
 
-def _decoded_frame(spark, source: Source, problems: list[Problem]):
+def _decoded_frame(spark, source: Source, problems: list[Problem], path: str = "source.schema"):
     """An empty DataFrame of the decoded payload, as `decode` produces it."""
     from pyspark.errors import PySparkException
 
@@ -87,7 +103,7 @@ def _decoded_frame(spark, source: Source, problems: list[Problem]):
     try:
         frame = spark.createDataFrame([], ddl)
     except PySparkException as error:
-        problems.append(Problem("bad_ddl", "source.schema", f"{spark_message(error)}; expected a "
+        problems.append(Problem("bad_ddl", path, f"{spark_message(error)}; expected a "
                                 f"Spark DDL schema, e.g. {DDL_EXAMPLE}{_type_hint(error)}"))
         return None
     return frame if _ddl_columns_ok(frame.schema, problems) else None
