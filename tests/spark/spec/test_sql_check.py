@@ -130,3 +130,17 @@ def test_output_schema_and_parse_schema(spark):
     assert output_schema(spark, loaded.pipeline).fieldNames() == \
         ["order_id", "amount", "ts", "order_date"]
     assert parse_schema(spark, "a INT, b STRING").fieldNames() == ["a", "b"]
+
+
+def test_a_topic_schema_is_checked_at_its_own_key(spark):
+    found, _ = problems(spark, "  path: ${DATA_ROOT}/tables/orders",
+                        "  path: ${DATA_ROOT}/tables/${topic}")
+    assert found == []
+    per_topic = BASE.replace("topics: [orders]", "topics: [orders, refunds]").replace(
+        "  path: ${DATA_ROOT}/tables/orders", "  path: ${DATA_ROOT}/tables/${topic}").replace(
+        '  schema: "order_id STRING, amount DOUBLE, ts TIMESTAMP"',
+        '  schema: "order_id STRING, amount DOUBLE, ts TIMESTAMP"\n'
+        '  schemas: {refunds: "refund_id STRING, amount DUBLE, ts TIMESTAMP"}')
+    loaded = read_text(per_topic, "orders.yaml", environ={}, settings=SETTINGS)
+    placed = loaded.place(check_sql(loaded.pipeline, spark))
+    assert [(p.code, p.path, p.line) for p in placed] == [("bad_ddl", "source.schemas.refunds", 8)]
