@@ -28,7 +28,7 @@ def merge_condition(pipeline: Pipeline, bounds: Mapping[str, str] | None = None)
     """`t._uid = s._uid` plus the batch's literal bounds.
 
     `bounds` has uid_min/uid_max and, with a dedup horizon, horizon_lo/horizon_hi
-    (timestamps as 'YYYY-MM-DD HH:MM:SS.ffffff'); a missing key drops that bound,
+    (instants as 'YYYY-MM-DD HH:MM:SS.ffffffZ', in UTC); a missing key drops that bound,
     which is always exact, only slower. None renders placeholders (for `plan`).
     """
     parts = ["t._uid = s._uid"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from typing import Callable
 
 from pyspark.sql import DataFrame
@@ -32,6 +33,7 @@ from ingest.spec.model import Pipeline
 log = logging.getLogger("ingest.run")
 
 STAGES = ("decode", "transform", "uid", "filtered")
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 @dataclass(frozen=True)
@@ -177,12 +179,13 @@ def summarize(staged: DataFrame, pipeline: Pipeline) -> BatchSummary:
     aggregates += [F.sum(F.when(F.col(STAGE) == s, 1).otherwise(0)).alias(s) for s in STAGES]
     horizon = pipeline.target.dedup_horizon
     if horizon:
-        col, seconds = F.col(f"`{horizon.column}`"), horizon.within_seconds
-        fmt = "yyyy-MM-dd HH:mm:ss.SSSSSS"
+        # Epoch microseconds, never local text: a wall clock in a daylight-saving
+        # fall-back hour names two instants, and parsing it back picks the first.
+        micros, within = F.unix_micros(F.col(f"`{horizon.column}`")), horizon.within_seconds * 1_000_000
         aggregates += [
-            F.date_format(F.min(F.when(good, col)) - F.expr(f"INTERVAL {seconds} SECONDS"), fmt).alias("lo"),
-            F.date_format(F.max(F.when(good, col)) + F.expr(f"INTERVAL {seconds} SECONDS"), fmt).alias("hi"),
-            F.sum(F.when(good & col.isNull(), 1).otherwise(0)).alias("null_horizon"),
+            (F.min(F.when(good, micros)) - within).alias("lo"),
+            (F.max(F.when(good, micros)) + within).alias("hi"),
+            F.sum(F.when(good & micros.isNull(), 1).otherwise(0)).alias("null_horizon"),
         ]
     per_partition = staged.groupBy(F.col(f"{RAW}.topic").alias("topic"),
                                    F.col(f"{RAW}.partition").alias("partition")).agg(*aggregates).collect()
@@ -211,9 +214,16 @@ def _bounds(rows, with_horizon: bool) -> dict[str, str]:
     if with_horizon and not any(r.null_horizon for r in rows):
         lows = [r.lo for r in rows if r.lo is not None]
         if lows:
-            bounds["horizon_lo"] = min(lows)
-            bounds["horizon_hi"] = max(r.hi for r in rows if r.hi is not None)
+            bounds["horizon_lo"] = utc_literal(min(lows))
+            bounds["horizon_hi"] = utc_literal(max(r.hi for r in rows if r.hi is not None))
     return bounds
+
+
+def utc_literal(micros: int) -> str:
+    """An instant as text Spark's TIMESTAMP literal reads back exactly, whatever the
+    session time zone: UTC with an explicit `Z`."""
+    instant = _EPOCH + timedelta(microseconds=micros)
+    return instant.strftime("%Y-%m-%d %H:%M:%S.%f") + "Z"
 
 
 def payload_schema(spark, pipeline: Pipeline) -> StructType | None:

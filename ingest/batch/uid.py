@@ -2,7 +2,11 @@
 
 `fields` uids are the lowercase hex SHA-256 of the fields' string forms
 (`CAST(f AS STRING)`) joined by the ASCII unit separator U+001F; a null field
-makes the record a `uid` dead letter rather than a weaker key.
+makes the record a `uid` dead letter rather than a weaker key. A TIMESTAMP
+field is written as its UTC wall clock: `CAST(ts AS STRING)` follows the
+session time zone, so the same record would get another uid on a cluster set
+to another zone. The UTC text is what a UTC session's cast gives, so tables
+written from UTC sessions keep their uids.
 `coordinates` uids are `topic/partition/offset` with the numbers zero-padded
 so that string order is Kafka order.
 """
@@ -11,6 +15,7 @@ from __future__ import annotations
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType, TimestampType
 
 from ingest.batch.decode import RAW, REASON, STAGE
 from ingest.spec.model import Uid
@@ -19,14 +24,30 @@ UID = "_uid"
 FIELD_SEPARATOR = "\u001f"
 
 
-def uid_column(uid: Uid) -> Column:
+def utc_text(column: str) -> Column:
+    """`CAST(ts AS STRING)` as a UTC session gives it, in any session: the instant as
+    epoch microseconds, added to the zone-less epoch (TIMESTAMP_NTZ has no zone)."""
+    return F.expr(f"CAST(timestampadd(MICROSECOND, unix_micros({column}), "
+                  "TIMESTAMP_NTZ'1970-01-01 00:00:00') AS STRING)")
+
+
+def _field_text(name: str, schema: StructType | None) -> Column:
+    column = f"`{name}`"
+    fields = {f.name.lower(): f for f in schema.fields} if schema is not None else {}
+    field = fields.get(name.lower())
+    if field is not None and isinstance(field.dataType, TimestampType):
+        return utc_text(column)
+    return F.col(column).cast("string")
+
+
+def uid_column(uid: Uid, schema: StructType | None = None) -> Column:
     if uid.header is not None:
         matching = F.filter(F.col(f"{RAW}.headers"), lambda h: h["key"] == F.lit(uid.header))
         return F.element_at(matching, 1)["value"].cast("string")
     if uid.field is not None:
         return F.col(f"`{uid.field}`").cast("string")
     if uid.fields:
-        parts = [F.col(f"`{name}`").cast("string") for name in uid.fields]
+        parts = [_field_text(name, schema) for name in uid.fields]
         any_null = F.lit(False)
         for part in parts:
             any_null = any_null | part.isNull()
@@ -45,7 +66,7 @@ def _missing_reason(uid: Uid) -> str:
 
 def with_uid(staged: DataFrame, uid: Uid) -> DataFrame:
     """Adds `_uid`; records without one become `uid` failures."""
-    value = F.when(F.col(STAGE).isNull(), uid_column(uid))
+    value = F.when(F.col(STAGE).isNull(), uid_column(uid, staged.schema))
     missing = F.col(STAGE).isNull() & value.isNull()
     return staged.select(
         value.alias(UID),
