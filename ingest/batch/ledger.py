@@ -33,19 +33,29 @@ def app_id(pipeline: str, query_id: str) -> str:
     return f"ingest-{pipeline}-{query_id}"
 
 
+def _offsets_document(offsets: Offsets) -> dict:
+    return {t: {str(p): int(o) for p, o in sorted(parts.items())} for t, parts in sorted(offsets.items())}
+
+
 def batch_txn(pipeline: str, query_id: str, batch_id: int, end_offsets: Offsets,
-              counts: Mapping[str, int] | None = None) -> Txn:
+              counts: Mapping[str, int] | None = None, origin: Offsets | None = None) -> Txn:
     """`counts` (records read, per stage...) make each batch's figures readable from
-    DESCRIBE HISTORY alone, e.g. duplicates removed = read - inserted - dead letters - filtered."""
+    DESCRIBE HISTORY alone, e.g. duplicates removed = read - inserted - dead letters - filtered.
+
+    `origin` is where the pipeline first started reading, per partition (for
+    `starting_offsets: latest`, the end of the topic at its first start). It is
+    carried from the earlier entries across checkpoints (new app ids), so `verify`
+    audits from the first start, not from a recovery point that could hide a loss."""
     ident = app_id(pipeline, query_id)
     metadata = {
         "ingest": 1,
         "pipeline": pipeline,
         "app_id": ident,
         "batch_id": batch_id,
-        "end_offsets": {t: {str(p): o for p, o in sorted(parts.items())}
-                        for t, parts in sorted(end_offsets.items())},
+        "end_offsets": _offsets_document(end_offsets),
     }
+    if origin:
+        metadata["origin"] = _offsets_document(origin)
     if counts:
         metadata["counts"] = {name: int(value) for name, value in counts.items()}
     return Txn(ident, batch_id, json.dumps(metadata, separators=(",", ":")))
@@ -118,3 +128,30 @@ def recorded_offsets(entries) -> dict[str, dict[int, int]]:
                 known = furthest.setdefault(topic, {})
                 known[int(partition)] = max(known.get(int(partition), 0), int(offset))
     return furthest
+
+
+def recorded_origin(entries) -> dict[str, dict[int, int]] | None:
+    """The first start recorded in the ledger: the oldest entry's `origin`, per
+    partition; a partition added later takes its origin from the first entry that
+    names it. None when no entry records one (written before origins were)."""
+    origin: dict[str, dict[int, int]] = {}
+    for _, entry in sorted(entries, key=lambda pair: pair[0]):
+        for topic, parts in (entry.get("origin") or {}).items():
+            for partition, offset in parts.items():
+                origin.setdefault(topic, {}).setdefault(int(partition), int(offset))
+    return origin or None
+
+
+def checkpoint_start_offsets(session, checkpoint: str) -> dict[str, dict[int, int]] | None:
+    """Where the checkpoint's query first read: Spark's Kafka source writes its
+    initial offsets in `sources/0/0` before the first batch."""
+    from pyspark.errors import AnalysisException
+
+    try:
+        lines = session.read.text(f"{checkpoint.rstrip('/')}/sources/0/0").collect()
+    except AnalysisException:  # no such file: the query has not planned a batch
+        return None
+    found = [line.value for line in lines if line.value.strip().startswith("{")]
+    if not found:
+        return None
+    return {topic: {int(p): int(o) for p, o in parts.items()} for topic, parts in json.loads(found[-1]).items()}
