@@ -5,7 +5,8 @@ For testing exactly-once, ours and users' own deployments:
     INGEST_FAULT=after_target_commit:batch=3
     INGEST_FAULT=during_merge:batch=2:after_ms=400
 
-Points: before_dead_letter, after_dead_letter, during_merge, after_target_commit.
+Points: before_dead_letter, after_dead_letter, during_merge, after_target_commit, and
+with a table per topic, between_tables (one table of the batch committed, another not yet).
 `batch=N` picks the batch (default: the first one to reach the point). The
 driver JVM is killed with SIGKILL, then this process: no cleanup runs, as in a
 real crash. Read once at start; with INGEST_FAULT unset a point is one `is None`.
@@ -22,7 +23,8 @@ from typing import Iterator
 
 from ingest.errors import IngestError
 
-POINTS = ("before_dead_letter", "after_dead_letter", "during_merge", "after_target_commit")
+POINTS = ("before_dead_letter", "after_dead_letter", "during_merge", "after_target_commit",
+          "between_tables")
 
 
 class FaultSpecError(IngestError):

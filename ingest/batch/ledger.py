@@ -28,9 +28,11 @@ class Txn:
     metadata: str
 
 
-def app_id(pipeline: str, query_id: str) -> str:
-    """Stable for the life of a checkpoint; a new checkpoint has a new query id."""
-    return f"ingest-{pipeline}-{query_id}"
+def app_id(pipeline: str, query_id: str, table: str | None = None) -> str:
+    """Stable for the life of a checkpoint; a new checkpoint has a new query id. With
+    a table per topic, each table has its own (a dead-letter table the tables share
+    then takes each table's commit of a batch)."""
+    return f"ingest-{pipeline}-{query_id}" + (f"@{table}" if table else "")
 
 
 def _offsets_document(offsets: Offsets) -> dict:
@@ -38,7 +40,8 @@ def _offsets_document(offsets: Offsets) -> dict:
 
 
 def batch_txn(pipeline: str, query_id: str, batch_id: int, end_offsets: Offsets,
-              counts: Mapping[str, int] | None = None, origin: Offsets | None = None) -> Txn:
+              counts: Mapping[str, int] | None = None, origin: Offsets | None = None,
+              table: str | None = None) -> Txn:
     """`counts` (records read, per stage...) make each batch's figures readable from
     DESCRIBE HISTORY alone, e.g. duplicates removed = read - inserted - dead letters - filtered.
 
@@ -46,7 +49,7 @@ def batch_txn(pipeline: str, query_id: str, batch_id: int, end_offsets: Offsets,
     `starting_offsets: latest`, the end of the topic at its first start). It is
     carried from the earlier entries across checkpoints (new app ids), so `verify`
     audits from the first start, not from a recovery point that could hide a loss."""
-    ident = app_id(pipeline, query_id)
+    ident = app_id(pipeline, query_id, table)
     metadata = {
         "ingest": 1,
         "pipeline": pipeline,

@@ -88,6 +88,8 @@ class BatchProcessor:
     on_report: Callable[[BatchReport], None] = lambda report: log.info(report.line())
     # False only to measure what the bounds save (bench/); the result is as exact, only slower.
     bounded: bool = True
+    # the table among a pipeline's per-topic tables (`batch.routing`), part of its txn app id
+    table_key: str | None = None
     _query_id: str | None = None
     _target_ready: bool = False
     # (batch id, end offsets if known, error) of the batch that failed, for the run's message
@@ -109,7 +111,7 @@ class BatchProcessor:
         try:
             self._batch_offsets = summary.end_offsets
             txn = ledger.batch_txn(self.pipeline.name, self._app_query_id(session), batch_id,
-                                   summary.end_offsets, summary.counts)
+                                   summary.end_offsets, summary.counts, table=self.table_key)
             self._write_dead_letters(staged, summary, batch_id, txn)
             rows = target_rows(one_per_uid(staged.where(F.col(STAGE).isNull()),
                                            self.pipeline.target.mode, self.pipeline.target.order_by))

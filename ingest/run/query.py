@@ -9,7 +9,9 @@ from typing import Callable, Iterator
 
 from ingest.batch import faults
 from ingest.batch.processor import BatchProcessor, BatchReport, payload_schema
+from ingest.batch.routing import TopicRouter
 from ingest.kafka.source import read_stream
+from ingest.spec import template
 from ingest.spec.model import Pipeline
 
 
@@ -22,7 +24,10 @@ def start_query(spark, pipeline: Pipeline, once: bool = False,
                 on_report: Callable[[BatchReport], None] | None = None,
                 starting_offsets=None):
     """Start the pipeline's streaming query; `once` processes what is there and stops."""
-    processor = BatchProcessor(pipeline, payload_schema(spark, pipeline), bounded=merge_bounds_on())
+    if template.is_per_topic(pipeline):  # a table per topic, each the one-table path
+        processor = TopicRouter(pipeline, bounded=merge_bounds_on())
+    else:
+        processor = BatchProcessor(pipeline, payload_schema(spark, pipeline), bounded=merge_bounds_on())
     if on_report is not None:
         processor.on_report = on_report
     faults.arm(spark)

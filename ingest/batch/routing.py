@@ -1,0 +1,139 @@
+"""Many topics, one job: each batch split by topic, each topic's table its own single-table batch.
+
+A layer around `BatchProcessor`, which stays the one-table path unchanged: the
+router finds the topics in the batch, renders the pipeline for each table
+(`spec.template.for_topic`) and hands each table its rows. Each table's
+processor commits under its own transaction id (app id = pipeline, checkpoint's
+query id and the table), with its own topics' offsets in its own Delta commit
+and its own dead letters. A crash between two tables' commits replays the
+batch: the tables that committed skip it (their txn id), the others commit it.
+
+The tables of a batch commit in parallel on a driver thread pool. The txn id is
+session conf (`ledger.txn_settings`), and a session's conf is shared by every
+thread, so each thread works on a clone of the batch's session (same settings,
+conf of its own). Where a session cannot be cloned (Spark Connect), the tables
+commit one after another on the batch's session.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+from pyspark.sql import DataFrame
+
+from ingest.batch import faults
+from ingest.batch.processor import BatchProcessor, BatchReport, payload_schema
+from ingest.errors import IngestError
+from ingest.spec import template
+from ingest.spec.model import Pipeline
+
+log = logging.getLogger("ingest.run")
+
+DEFAULT_THREADS = 8
+
+
+class NoSchema(IngestError):
+    """A topic the pattern matched has no schema of its own and there is no shared one."""
+
+
+def table_threads() -> int:
+    """INGEST_TABLE_THREADS: how many tables of one batch commit at once (1: one after another)."""
+    text = os.environ.get("INGEST_TABLE_THREADS", "").strip()
+    return max(1, int(text)) if text.isdigit() else DEFAULT_THREADS
+
+
+@dataclass
+class TopicRouter:
+    """What foreachBatch calls for a pipeline whose target is a `${topic}` template."""
+
+    pipeline: Pipeline
+    on_report: Callable[[BatchReport], None] = lambda report: log.info(report.line())
+    bounded: bool = True
+    threads: int = field(default_factory=table_threads)
+    failure: tuple | None = None
+    tables: dict[str, BatchProcessor] = field(default_factory=dict)  # table -> its processor
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
+        raw = batch_df.persist()  # read Kafka once, however many tables
+        try:
+            groups = self._groups([row.topic for row in raw.select("topic").distinct().collect()])
+            self._commit_all(raw, batch_id, groups)
+        finally:
+            raw.unpersist()
+
+    def _groups(self, topics: list[str]) -> dict[str, list[str]]:
+        """Table -> the topics it takes (two topics may render to one table)."""
+        groups: dict[str, list[str]] = {}
+        for topic in sorted(topics):
+            groups.setdefault(template.table_key(self.pipeline, topic), []).append(topic)
+        return groups
+
+    def _commit_all(self, raw: DataFrame, batch_id: int, groups: dict[str, list[str]]) -> None:
+        session = raw.sparkSession
+        clone = _cloner(session) if self.threads > 1 and len(groups) > 1 else None
+        jobs = [(table, topics) for table, topics in sorted(groups.items())]
+        if clone is None:
+            for done, (table, topics) in enumerate(jobs, start=1):
+                self._commit_table(raw, batch_id, table, topics, session)
+                self._between_tables(done, len(jobs), batch_id)
+            return
+        with ThreadPoolExecutor(min(self.threads, len(jobs)), thread_name_prefix="ingest-table") as pool:
+            futures = [pool.submit(self._commit_table, raw, batch_id, table, topics, clone())
+                       for table, topics in jobs]
+            for done, future in enumerate(as_completed(futures), start=1):
+                future.result()  # the first failure fails the batch; Spark replays it
+                self._between_tables(done, len(jobs), batch_id)
+
+    def _commit_table(self, raw: DataFrame, batch_id: int, table: str, topics: list[str], session) -> None:
+        from pyspark.sql import functions as F
+
+        rows = raw.where(F.col("topic").isin(*topics))
+        if session is not raw.sparkSession:
+            rows = DataFrame(rows._jdf, session)  # MERGE and txn conf on this thread's session
+        processor = self._processor(table, topics[0], session)
+        try:
+            processor(rows, batch_id)
+        except Exception:
+            self.failure = processor.failure
+            raise
+
+    def _processor(self, table: str, topic: str, session) -> BatchProcessor:
+        with self._lock:
+            processor = self.tables.get(table)
+            if processor is None:  # a topic's first data: its table is created by its first MERGE
+                pipeline = template.for_topic(self.pipeline, topic)
+                if pipeline.source.format == "json" and pipeline.source.schema is None:
+                    raise NoSchema(f"{self.pipeline.name}: topic {topic!r} has no schema; expected "
+                                   f"it in source.schemas, or a source.schema for every topic")
+                processor = BatchProcessor(pipeline, payload_schema(session, pipeline),
+                                           on_report=self._reported(table), bounded=self.bounded,
+                                           table_key=table)
+                self.tables[table] = processor
+            return processor
+
+    def _reported(self, table: str) -> Callable[[BatchReport], None]:
+        def report(batch: BatchReport) -> None:
+            with self._lock:
+                self.on_report(replace(batch, pipeline=f"{self.pipeline.name} -> {table}"))
+        return report
+
+    @staticmethod
+    def _between_tables(done: int, total: int, batch_id: int) -> None:
+        if done < total:  # some table of the batch has committed, another has not yet
+            faults.point("between_tables", batch_id)
+
+
+def _cloner(session) -> Callable[[], object] | None:
+    """A function giving a clone of `session` (its settings, a conf of its own), or None."""
+    jsession = getattr(session, "_jsparkSession", None)
+    if jsession is None:
+        return None
+    from pyspark.sql import SparkSession
+
+    return lambda: SparkSession(session.sparkContext, jsession.cloneSession())

@@ -1,0 +1,89 @@
+"""Many topics, one job: a pattern subscription writing a table per topic."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import replace
+
+from confluent_kafka import Producer
+
+from ingest.batch import ledger
+from ingest.kafka.local_broker import create_topic
+from ingest.run.query import start_query
+from ingest.spec.model import DeadLetter, KafkaSource, Target, Trigger
+from tests.integration.conftest import table
+from tests.integration.processes import wait_for
+
+
+def send(kafka, topic, uids, bad: int = 0):
+    producer = Producer({**kafka.client_config(), "enable.idempotence": True, "acks": "all"})
+    for uid in uids:
+        body = json.dumps({"order_id": uid, "amount": 1.0, "ts": "2026-11-01T10:00:00"}).encode()
+        producer.produce(topic, body, headers=[("message-id", uid)])
+    for n in range(bad):
+        producer.produce(topic, b"{not json", headers=[("message-id", f"{topic}-bad-{n}")])
+    assert producer.flush(30) == 0
+
+
+def per_topic(pipeline, kafka, tmp_path, prefix):
+    """The `pipeline` fixture, subscribed to `<prefix>.*` with a table per topic."""
+    return replace(
+        pipeline, name="shop",
+        source=replace(pipeline.source, kafka=KafkaSource(kafka.bootstrap, pattern=rf"{prefix}\..*")),
+        target=Target(path=str(tmp_path / "tables" / "${topic}")),
+        dead_letter=DeadLetter(path=str(tmp_path / "dead_letter" / "${topic}")),
+        checkpoint=str(tmp_path / "checkpoints" / "shop"))
+
+
+def uids_in(spark, path):
+    return sorted(r._uid for r in table(spark, path).select("_uid").collect())
+
+
+def rows_or_none(spark, path):
+    from delta.tables import DeltaTable
+
+    return table(spark, path).count() if DeltaTable.isDeltaTable(spark, path) else None
+
+
+def test_a_pattern_writes_a_table_per_topic_and_a_new_topic_gets_its_own(spark, kafka, pipeline, tmp_path):
+    prefix = f"shop{uuid.uuid4().hex[:6]}"
+    topics = [f"{prefix}.{name}" for name in ("orders", "refunds", "returns")]
+    for topic in topics:
+        create_topic(kafka.client_config(), topic)
+        send(kafka, topic, [f"{topic}-{i}" for i in range(4)], bad=1 if topic.endswith("refunds") else 0)
+    shop = replace(per_topic(pipeline, kafka, tmp_path, prefix),
+                   trigger=Trigger(available_now=False, processing_time="1 second"))
+    tables = {t: str(tmp_path / "tables" / t.replace(".", "_")) for t in topics}
+
+    reports = []
+    query, router = start_query(spark, shop, on_report=reports.append)
+    try:
+        wait_for(lambda: all(rows_or_none(spark, path) == 4 for path in tables.values()), 240,
+                 "the three tables")
+        late = f"{prefix}.exchanges"  # the pattern matches a topic created mid-run
+        create_topic(kafka.client_config(), late)
+        send(kafka, late, [f"{late}-{i}" for i in range(3)])
+        tables[late] = str(tmp_path / "tables" / late.replace(".", "_"))
+        wait_for(lambda: rows_or_none(spark, tables[late]) == 3, 240, "the new topic's table")
+    finally:
+        query.stop()
+    assert query.exception() is None
+
+    for topic, path in tables.items():
+        count = 3 if topic == late else 4
+        assert uids_in(spark, path) == sorted(f"{topic}-{i}" for i in range(count))
+        assert {r._topic for r in table(spark, path).select("_topic").collect()} == {topic}
+    dead = str(tmp_path / "dead_letter" / f"{prefix}_refunds")
+    assert [r._uid if "_uid" in r else r.stage for r in table(spark, dead).collect()] == ["decode"]
+    assert not (tmp_path / "dead_letter" / f"{prefix}_orders").exists()
+
+    # each table's commits: its own app id, only its own topic's offsets
+    app_ids = set()
+    for topic, path in tables.items():
+        entries = ledger.history_entries(spark, path, False, "shop")
+        assert entries, topic
+        app_ids |= {entry["app_id"] for _, entry in entries}
+        assert {t for _, entry in entries for t in entry["end_offsets"]} == {topic}
+    assert len(app_ids) == len(tables)
+    assert {r.pipeline.split(" -> ")[1] for r in reports} == set(tables.values())
