@@ -14,12 +14,14 @@ import sys
 from dataclasses import dataclass, field
 
 from ingest.errors import Problem, SpecErrors
-from ingest.plan import render_plan
+from ingest.plan import plan_document, render_plan
 from ingest.spec.loader import Loaded, check_unique, read_pipeline
 from ingest.spec.settings import DEFAULT_ENV, load_settings, mask
 
 OK, CHECK_FAILED, BAD_INPUT = 0, 1, 2
-DEFAULT_PIPELINES = "pipelines/*.yaml"
+DEFAULT_PIPELINES = ("pipelines/*.yaml", "pipelines/*.yml")
+NO_SPARK = ("pyspark is not installed; expected `pip install 'ingest[spark]'` "
+            "(on Databricks it is there already)")
 # Parsing needs no UI and one core.
 VALIDATE_SPARK_CONF = {"spark.ui.enabled": "false", "spark.master": "local[1]"}
 
@@ -33,12 +35,31 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.run(args)
     except SpecErrors as errors:  # a conf file, or a spec a command could not load
-        return _print_errors(errors.problems, errors.problems[0].file or "the input")
+        return _print_errors(errors.problems, errors.problems[0].file or "the input", sys.stderr)
+    except MissingSpark:
+        print(f"error: {NO_SPARK}", file=sys.stderr)
+        return BAD_INPUT
+
+
+class MissingSpark(Exception):
+    """A command that needs Spark, where pyspark or delta-spark is not installed."""
+
+
+def _need_spark() -> None:
+    """Fail before any work when pyspark is absent: a message, not an ImportError's traceback."""
+    try:
+        import delta  # noqa: F401
+        import pyspark  # noqa: F401
+    except ImportError:
+        raise MissingSpark() from None
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from ingest import __version__
+
     parser = argparse.ArgumentParser(
         prog="ingest", description="Exactly-once ingestion from Kafka into Delta Lake, declared in YAML.")
+    parser.add_argument("--version", action="version", version=f"ingest {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in SUBCOMMANDS:
         add(commands, _environment_options())
@@ -66,6 +87,9 @@ def add_validate(commands, environment: argparse.ArgumentParser) -> None:
                          help=f"pipeline files (default: {DEFAULT_PIPELINES})")
     command.add_argument("--no-spark", action="store_true",
                          help="skip the checks of schema DDL and transform SQL with Spark (fast)")
+    command.add_argument("--strict", action="store_true",
+                         help="fail (exit 2) when the Spark checks could not run (no pyspark or Java)")
+    command.add_argument("--json", action="store_true", help="print the findings as JSON")
     command.set_defaults(run=validate_command)
 
 
@@ -79,16 +103,39 @@ class _Checked:
 
 
 def validate_command(args) -> int:
-    files = args.files or sorted(glob.glob(DEFAULT_PIPELINES))
+    files = args.files or sorted(name for pattern in DEFAULT_PIPELINES for name in glob.glob(pattern))
     if not files:
-        print(f"no pipeline files: none match {DEFAULT_PIPELINES}; expected FILE arguments")
+        print(f"no pipeline files: none match {' or '.join(DEFAULT_PIPELINES)}; expected FILE arguments",
+              file=sys.stderr)
         return BAD_INPUT
-    settings = load_settings(args.env, args.conf_dir)
+    try:
+        settings = load_settings(args.env, args.conf_dir)
+    except SpecErrors as errors:  # the conf is validate's input too: its findings are the result
+        return _print_errors(errors.problems, errors.problems[0].file or "the conf")
     checked = [_load(file, settings) for file in files]
-    if not args.no_spark:
-        _spark_pass(checked)
+    spark_checked = True if args.no_spark else _spark_pass(checked)
     _cross_file(checked)
-    return max(_report(one) for one in checked)
+    if args.strict and not spark_checked:
+        print("error: --strict: the schema and SQL checks could not run", file=sys.stderr)
+    code = max(_report_json(checked) if args.json else [_report(one) for one in checked])
+    return BAD_INPUT if args.strict and not spark_checked else code
+
+
+def _report_json(checked: list[_Checked]) -> list[int]:
+    files = [{"file": one.file, "ok": not _errors(one),
+              "problems": [_problem_dict(p) for p in sorted(one.problems, key=_line)]}
+             for one in checked]
+    print(_json({"ok": all(f["ok"] for f in files), "files": files}))
+    return [BAD_INPUT if _errors(one) else OK for one in checked]
+
+
+def _errors(one: _Checked) -> list[Problem]:
+    return [problem for problem in one.problems if not problem.warning]
+
+
+def _problem_dict(problem: Problem) -> dict:
+    return {"file": problem.file, "line": problem.line, "path": problem.path, "code": problem.code,
+            "message": problem.message, "warning": problem.warning}
 
 
 def _load(file: str, settings) -> _Checked:
@@ -99,11 +146,12 @@ def _load(file: str, settings) -> _Checked:
     return _Checked(file, loaded, list(loaded.warnings))
 
 
-def _spark_pass(checked: list[_Checked]) -> None:
-    """Spark's parser on DDL and SQL, for the files that passed the first pass."""
+def _spark_pass(checked: list[_Checked]) -> bool:
+    """Spark's parser on DDL and SQL, for the files that passed the first pass;
+    False when there was no Spark to ask."""
     pending = [one for one in checked if one.loaded is not None]
     if not pending:
-        return
+        return True
     try:
         from ingest.platform.session import get_session
         from ingest.spec.sql_check import check_sql
@@ -112,9 +160,10 @@ def _spark_pass(checked: list[_Checked]) -> None:
     except Exception as error:  # no pyspark, no Java: say so, keep the first pass's verdict
         print(f"note: schema and SQL checks skipped: no Spark session ({error}); "
               "use --no-spark to skip them on purpose", file=sys.stderr)
-        return
+        return False
     for one in pending:
         one.problems += one.loaded.place(check_sql(one.loaded.pipeline, spark))
+    return True
 
 
 def _cross_file(checked: list[_Checked]) -> None:
@@ -125,8 +174,7 @@ def _cross_file(checked: list[_Checked]) -> None:
 
 
 def _report(one: _Checked) -> int:
-    errors = [problem for problem in one.problems if not problem.warning]
-    if not errors:
+    if not _errors(one):
         for warning in sorted(one.problems, key=_line):
             print(warning.render())
         print(f"OK {one.file}")
@@ -134,11 +182,12 @@ def _report(one: _Checked) -> int:
     return _print_errors(one.problems, one.file)
 
 
-def _print_errors(problems, file: str) -> int:
+def _print_errors(problems, file: str, stream=None) -> int:
+    """validate's findings are its result (stdout); another command's are diagnostics (stderr)."""
     for problem in sorted(problems, key=_line):
-        print(problem.render())
+        print(problem.render(), file=stream)
     count = sum(1 for problem in problems if not problem.warning)
-    print(f"{count} error{'s' if count != 1 else ''} in {file}")
+    print(f"{count} error{'s' if count != 1 else ''} in {file}", file=stream)
     return BAD_INPUT
 
 
@@ -155,13 +204,17 @@ def add_plan(commands, environment: argparse.ArgumentParser) -> None:
                                   "Kafka options, the target, the dead-letter table, the "
                                   "transaction id scheme and the MERGE condition.")
     command.add_argument("file", metavar="FILE", help="a pipeline file")
+    command.add_argument("--json", action="store_true", help="print the plan as JSON")
     command.set_defaults(run=plan_command)
 
 
 def plan_command(args) -> int:
     settings = load_settings(args.env, args.conf_dir)
     loaded = read_pipeline(args.file, settings=settings)
-    print(render_plan(loaded, settings), end="")
+    if args.json:
+        print(_json(plan_document(loaded, settings)))
+    else:
+        print(render_plan(loaded, settings), end="")
     return OK
 
 
@@ -184,7 +237,8 @@ def run_command(args) -> int:
     loaded = [read_pipeline(file, settings=settings) for file in args.files]
     problems = check_unique(loaded)
     if problems:
-        return _print_errors(problems, problems[0].file)
+        return _print_errors(problems, problems[0].file, sys.stderr)
+    _need_spark()
     for one in loaded:
         for warning in one.warnings:
             print(warning.render(), file=sys.stderr)
@@ -415,7 +469,7 @@ class _ProduceProgress:
 
 def add_demo(commands, environment: argparse.ArgumentParser) -> None:
     command = commands.add_parser(
-        "demo", help="the whole story on an embedded broker, in a few minutes",
+        "demo", parents=[environment], help="the whole story on an embedded broker, in a few minutes",
         description="Start an embedded Kafka broker, produce sample orders with producer retries, "
         "an aborted transaction and malformed records, run pipelines/orders.yaml with a crash "
         "and a restart in the middle, then audit the tables. Exit 1 if a count is not exact.")
@@ -435,9 +489,10 @@ def demo_command(args) -> int:
 
     from ingest import demo
 
+    _need_spark()
     options = demo.DemoOptions(Path(args.data_root) if args.data_root else demo.DEFAULT_ROOT,
                                Path(args.pipeline) if args.pipeline else None,
-                               args.orders, args.max_offsets)
+                               args.orders, args.max_offsets, env=args.env, conf_dir=args.conf_dir)
     try:
         report = demo.run_demo(options, say=lambda text: print(text, flush=True))
     except demo.DemoError as error:
@@ -496,10 +551,11 @@ def add_status(commands, environment: argparse.ArgumentParser) -> None:
 
 
 def status_command(args) -> int:
+    pipeline = read_pipeline(args.file, settings=load_settings(args.env, args.conf_dir)).pipeline
+    _need_spark()
     from ingest.audit.status import status
     from ingest.platform.session import get_session
 
-    pipeline = read_pipeline(args.file, settings=load_settings(args.env, args.conf_dir)).pipeline
     report = status(get_session("ingest-status"), pipeline)
     text = _json(report.to_dict()) if args.json else render_status(report)
     print(mask(text, pipeline.secret_values))
@@ -546,11 +602,12 @@ def add_verify(commands, environment: argparse.ArgumentParser) -> None:
 
 
 def verify_command(args) -> int:
+    pipeline = read_pipeline(args.file, settings=load_settings(args.env, args.conf_dir)).pipeline
+    _need_spark()
     from ingest.audit.verify import verify
     from ingest.errors import IngestError
     from ingest.platform.session import get_session
 
-    pipeline = read_pipeline(args.file, settings=load_settings(args.env, args.conf_dir)).pipeline
     try:
         report = verify(get_session("ingest-verify"), pipeline)
     except IngestError as error:  # broker down or refusing us

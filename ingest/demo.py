@@ -65,6 +65,8 @@ class DemoOptions:
     max_offsets_per_trigger: int = 200  # three batches: the crash lands in the middle one
     crash_batch: int = 1
     python: str = sys.executable
+    env: str = "local"  # conf/<env>.yaml fills the variables the demo does not set itself
+    conf_dir: str | None = None
 
 
 @dataclass(frozen=True)
@@ -145,7 +147,7 @@ def run_demo(options: DemoOptions = DemoOptions(), say: Say = lambda text: None)
         broker.start()
         say(f"broker up at {broker.bootstrap}")
         environ = demo_environ(root, broker.bootstrap, options)
-        pipeline = load_demo_pipeline(pipeline_file, environ)
+        pipeline = load_demo_pipeline(pipeline_file, environ, options)
         sample = produce_sample(broker, pipeline.source.kafka.topics[0], root / "sample", options.orders, say)
         crash_exit = crash_and_restart(options, pipeline_file, environ, root / "logs", say)
         counts, audit = count_and_verify(pipeline, say)
@@ -184,10 +186,10 @@ def demo_environ(root: Path, bootstrap: str, options: DemoOptions) -> dict[str, 
             "MAX_OFFSETS_PER_TRIGGER": str(options.max_offsets_per_trigger)}
 
 
-def load_demo_pipeline(pipeline_file: Path, environ: dict[str, str]):
+def load_demo_pipeline(pipeline_file: Path, environ: dict[str, str], options: DemoOptions = DemoOptions()):
     from ingest.spec.loader import load_pipeline
 
-    pipeline = load_pipeline(pipeline_file, environ={**os.environ, **environ})
+    pipeline = load_pipeline(pipeline_file, options.env, {**os.environ, **environ}, options.conf_dir)
     if pipeline.uid.header != UID_HEADER or not pipeline.source.kafka.topics:
         raise DemoError(f"{pipeline_file}: the demo needs a topic list and uid.header {UID_HEADER!r}")
     return pipeline
@@ -322,7 +324,8 @@ def crash_and_restart(options: DemoOptions, pipeline_file: Path, environ: dict[s
     fault = f"after_target_commit:batch={options.crash_batch}"
     say(f"run 1: `ingest run {pipeline_file.name} --once` with INGEST_FAULT={fault}: it kills itself "
         f"after batch {options.crash_batch}'s MERGE commits, before Spark checkpoints the batch")
-    crashed = run_pipeline(options.python, pipeline_file, environ, logs / "run-1.log", say, fault)
+    crashed = run_pipeline(options.python, pipeline_file, environ, logs / "run-1.log", say, fault,
+                           _env_arguments(options))
     if crashed == 0:
         raise DemoError(f"run 1 finished without reaching batch {options.crash_batch}: "
                         "too few batches for the crash (lower --max-offsets)")
@@ -333,14 +336,19 @@ def crash_and_restart(options: DemoOptions, pipeline_file: Path, environ: dict[s
         "but not in the checkpoint")
     say("run 2: the same command without the fault; it replays that batch, which Delta skips "
         "(same transaction id), and goes on")
-    finished = run_pipeline(options.python, pipeline_file, environ, logs / "run-2.log", say)
+    finished = run_pipeline(options.python, pipeline_file, environ, logs / "run-2.log", say,
+                            extra=_env_arguments(options))
     if finished != 0:
         raise DemoError(f"run 2 failed (exit {finished}):\n" + _tail(logs / "run-2.log"))
     return crashed
 
 
+def _env_arguments(options: DemoOptions) -> list[str]:
+    return ["--env", options.env] + (["--conf-dir", options.conf_dir] if options.conf_dir else [])
+
+
 def run_pipeline(python: str, pipeline_file: Path, environ: dict[str, str], log: Path, say: Say,
-                 fault: str | None = None) -> int:
+                 fault: str | None = None, extra: list[str] | None = None) -> int:
     """`ingest run FILE --once` in a child process: its stdout relayed, its stderr in `log`."""
     env = {**os.environ, **environ, "PYTHONUNBUFFERED": "1"}
     # No Spark UI for a run that lasts a minute (a builder setting would still win).
@@ -349,7 +357,7 @@ def run_pipeline(python: str, pipeline_file: Path, environ: dict[str, str], log:
     if fault:
         env["INGEST_FAULT"] = fault
     log.parent.mkdir(parents=True, exist_ok=True)
-    command = [python, "-m", "ingest", "run", str(pipeline_file), "--once"]
+    command = [python, "-m", "ingest", "run", str(pipeline_file), "--once", *(extra or [])]
     with open(log, "wb") as errors:
         child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors, env=env, text=True)
         try:

@@ -39,6 +39,31 @@ def render_plan(loaded: Loaded, settings: Settings) -> str:
     return mask("\n\n".join(sections), pipeline.secret_values) + "\n"
 
 
+def plan_document(loaded: Loaded, settings: Settings) -> dict:
+    """The plan as data (`ingest plan --json`), masked by key and by value like the screen."""
+    pipeline = loaded.pipeline
+    document = {
+        "pipeline": pipeline.name, "file": loaded.index.file, "env": settings.env,
+        "spec": mask_mapping(to_document(pipeline)),
+        "kafka_options": mask_mapping(kafka_options(pipeline.source.kafka)),
+        "target": _target(pipeline).splitlines(),
+        "dead_letter": _dead_letter(pipeline).splitlines(),
+        "exactly_once": {"txn_app_id": ledger.app_id(pipeline.name, CHECKPOINT_QUERY_ID),
+                         "txn_version": "the batch id"},
+        "merge": _merge(pipeline),
+        "warnings": [w.render() for w in loaded.warnings],
+    }
+    return _masked_values(document, pipeline.secret_values)
+
+
+def _masked_values(value, secrets):
+    if isinstance(value, dict):
+        return {key: _masked_values(item, secrets) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_masked_values(item, secrets) for item in value]
+    return mask(value, secrets) if isinstance(value, str) else value
+
+
 def _section(title: str, body: str) -> str:
     return f"{title}:\n{textwrap.indent(body.rstrip(), INDENT)}"
 

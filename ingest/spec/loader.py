@@ -107,12 +107,7 @@ def read_pipeline(path: str | Path, env: str = conf.DEFAULT_ENV,
                   settings: conf.Settings | None = None,
                   read_secret: conf.SecretReader | None = None) -> Loaded:
     """`read_text` of a file; an unreadable file is a problem too."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        reason = getattr(error, "strerror", None) or str(error)
-        raise SpecErrors([Problem("unreadable_file", "", f"cannot read the file ({reason}); "
-                                  "expected a readable UTF-8 YAML file", None, str(path))]) from None
+    text = conf.read_text_file(path, "file")
     return read_text(text, str(path), env, environ, conf_dir, settings, read_secret)
 
 
@@ -312,7 +307,8 @@ def _source(c: Check, top: dict) -> Source | None:
         c.add("schema_rules", "source", "format json needs a schema; expected source.schema: "
               'a Spark DDL string, e.g. "order_id STRING, ts TIMESTAMP"')
     if fmt in ("string", "bytes") and (schema is not None or schemas):
-        c.add("schema_rules", "source", f"a schema is only used with format json; expected no "
+        where = "source.schema" if schema is not None else "source.schemas"
+        c.add("schema_rules", where, f"a schema is only used with format json; expected no "
               f"schema with format {fmt} (the payload is one column, value)")
     return None if c.failed(mark) else Source(kafka, fmt, schema, frozen_map(schemas))
 
@@ -377,7 +373,7 @@ def _subscription(c: Check, kafka: dict) -> tuple[tuple[str, ...], str | None]:
     if pattern is not None:
         _pattern(c, pattern)
     if kafka.get("topics") is not None and kafka.get("pattern") is not None:
-        c.add("exclusive_keys", p, "topics and pattern are both given; expected exactly one of them")
+        c.add("exclusive_keys", f"{p}.pattern", "topics and pattern are both given; expected exactly one of them")
     elif kafka.get("topics") is None and kafka.get("pattern") is None \
             and not (c.misspelt(f"{p}.topics") or c.misspelt(f"{p}.pattern")):
         c.add("missing_key", p, "neither topics nor pattern is given; expected exactly one of them")
@@ -483,7 +479,8 @@ def _uid(c: Check, top: dict) -> Uid | None:
              if uid.get(kind) is not None and not (kind == "coordinates" and uid[kind] is False)]
     misspelt = not given and any(c.misspelt(f"uid.{kind}") for kind in UID_KINDS)
     if len(given) != 1 and not misspelt:  # a misspelt rule is reported as an unknown key
-        c.add("uid_rules", "uid", f"{_uid_rules_found(given)}; expected exactly one of header, "
+        where = f"uid.{given[1]}" if len(given) > 1 else "uid"  # the rule that is one too many
+        c.add("uid_rules", where, f"{_uid_rules_found(given)}; expected exactly one of header, "
               "field, fields or coordinates: true")
     elif coordinates:
         c.warn("coordinates_uid", "uid.coordinates", "a uid from topic/partition/offset is only "
@@ -512,7 +509,7 @@ def _target(c: Check, top: dict) -> Target | None:
     cluster_by = c.texts("target.cluster_by", target.get("cluster_by"), "a list of columns",
                          item="a column name")
     if partition_by and cluster_by:
-        c.add("exclusive_keys", "target", "partition_by and cluster_by are both given; expected "
+        c.add("exclusive_keys", "target.cluster_by", "partition_by and cluster_by are both given; expected "
               "one of them (cluster_by is liquid clustering, which replaces partitions)")
     horizon = _horizon(c, target.get("dedup_horizon"))
     if c.failed(mark):
@@ -529,7 +526,7 @@ def _location(c: Check, section: str, values: dict) -> tuple[str | None, str | N
         c.add("bad_value", f"{section}.table", f"{table!r} is not a table name; expected "
               "[catalog.][schema.]table, e.g. main.sales.orders")
     if values.get("path") is not None and values.get("table") is not None:
-        c.add("exclusive_keys", section, "path and table are both given; expected exactly one of them")
+        c.add("exclusive_keys", f"{section}.table", "path and table are both given; expected exactly one of them")
     elif values.get("path") is None and values.get("table") is None \
             and not (c.misspelt(f"{section}.path") or c.misspelt(f"{section}.table")):
         c.add("missing_key", section, "neither path nor table is given; expected exactly one of them")
@@ -539,10 +536,10 @@ def _location(c: Check, section: str, values: dict) -> tuple[str | None, str | N
 def _order_by_rules(c: Check, mode: str | None, target: dict) -> None:
     given = target.get("order_by") is not None
     if mode == "upsert" and not given and not c.misspelt("target.order_by"):
-        c.add("order_by_rules", "target", "mode upsert needs order_by; expected target.order_by: "
+        c.add("order_by_rules", "target.mode", "mode upsert needs order_by; expected target.order_by: "
               "the column whose latest value wins")
     elif mode == "insert_only" and given:
-        c.add("order_by_rules", "target", "order_by is only used with mode upsert; expected "
+        c.add("order_by_rules", "target.order_by", "order_by is only used with mode upsert; expected "
               "mode: upsert, or no order_by (insert_only keeps the first copy of a uid)")
 
 
@@ -621,7 +618,7 @@ def _trigger(c: Check, raw: Any) -> Trigger:
     if interval is not None:
         _duration(c, "trigger.processing_time", interval)
         if available_now:
-            c.add("exclusive_keys", "trigger", "available_now: true and processing_time are both "
+            c.add("exclusive_keys", "trigger.processing_time", "available_now: true and processing_time are both "
                   "given; expected one of them")
         return Trigger(available_now=False, processing_time=interval)
     return Trigger(available_now=available_now is not False)
@@ -639,7 +636,7 @@ def _columns(c: Check, source: Source, transform: Transform | None, uid: Uid, ta
     horizon = target.dedup_horizon
     if horizon is not None and horizon.column in columns:
         if columns[horizon.column] not in TIMESTAMP_TYPES:
-            c.add("bad_column", "target.dedup_horizon", f"column {horizon.column!r} is "
+            c.add("bad_column", "target.dedup_horizon.column", f"column {horizon.column!r} is "
                   f"{columns[horizon.column]}; expected a TIMESTAMP column")
     if transform is not None:
         return

@@ -27,6 +27,7 @@ SECRET_KEY = re.compile(
 )
 VAR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 CONF_KEYS = ("vars", "secrets", "secret_scope")
+YAML_SUFFIXES = (".yaml", ".yml")  # both name pipeline and conf files
 
 SecretReader = Callable[[str, str], "str | None"]
 
@@ -110,24 +111,46 @@ def mask_mapping(values: Any) -> Any:
 
 
 def conf_path(env: str, conf_dir: str | Path | None = None) -> Path:
-    conf_dir = conf_dir if conf_dir is not None else os.environ.get("INGEST_CONF_DIR", "conf")
-    return Path(conf_dir) / f"{env}.yaml"
+    """`<conf_dir>/<env>.yaml`, or `.yml` when only that one exists."""
+    folder = Path(conf_dir if conf_dir is not None else os.environ.get("INGEST_CONF_DIR", "conf"))
+    for suffix in YAML_SUFFIXES:
+        if (folder / f"{env}{suffix}").is_file():
+            return folder / f"{env}{suffix}"
+    return folder / f"{env}.yaml"
 
 
 def load_settings(env: str = DEFAULT_ENV, conf_dir: str | Path | None = None) -> Settings:
     """Read `conf/<env>.yaml`; raises SpecErrors. A missing file is fine only for
-    the default env, so `ingest validate` works outside a project folder."""
+    the default env, so `ingest validate` works outside a project folder; a
+    conf folder given on purpose (argument or INGEST_CONF_DIR) must exist."""
     path = conf_path(env, conf_dir)
+    given = conf_dir if conf_dir is not None else os.environ.get("INGEST_CONF_DIR")
+    if given is not None and not Path(given).is_dir():
+        raise SpecErrors([Problem("unreadable_file", "", "no such folder; expected a folder of "
+                                  "<env>.yaml conf files (--conf-dir or INGEST_CONF_DIR)", None, str(given))])
     if not path.is_file():
         if env == DEFAULT_ENV:
             return Settings(env=env, conf_file=str(path))
         raise SpecErrors([Problem("unknown_env", "", f"no conf file for environment {env!r}; "
                                   f"expected one of {_known_envs(path.parent)}", None, str(path))])
-    return settings_from_text(path.read_text(encoding="utf-8"), str(path), env)
+    return settings_from_text(read_text_file(path, "conf file"), str(path), env)
+
+
+def read_text_file(path: str | Path, what: str) -> str:
+    """A file's UTF-8 text; an unreadable or non-UTF-8 file is a problem, never a traceback."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        reason = f"not UTF-8: byte 0x{error.object[error.start]:02x} at position {error.start}"
+    except OSError as error:
+        reason = error.strerror or str(error)
+    raise SpecErrors([Problem("unreadable_file", "", f"cannot read the {what} ({reason}); "
+                              f"expected a readable UTF-8 YAML file", None, str(path))])
 
 
 def _known_envs(conf_dir: Path) -> str:
-    names = sorted(p.stem for p in conf_dir.glob("*.yaml")) if conf_dir.is_dir() else []
+    names = sorted({p.stem for suffix in YAML_SUFFIXES for p in conf_dir.glob(f"*{suffix}")}) \
+        if conf_dir.is_dir() else []
     return ", ".join(names) if names else f"a {conf_dir}/<env>.yaml file (none found)"
 
 

@@ -105,6 +105,8 @@ class Check:
     def mapping(self, path: str, raw: Any, allowed: tuple[str, ...],
                 expected: str | None = None) -> dict | None:
         """`raw` if it is a mapping; every key not in `allowed` is reported."""
+        if raw is None and self._reported(path):  # `need` said it is missing: once is enough
+            return None
         if not isinstance(raw, dict):
             self.wrong(path, raw, expected or f"a mapping with keys {', '.join(allowed)}")
             return None
@@ -112,6 +114,9 @@ class Check:
             if key not in allowed:
                 self.unknown_key(join(path, key), key, allowed)
         return raw
+
+    def _reported(self, path: str) -> bool:
+        return any(problem.path == path for problem in self.problems)
 
     def unknown_key(self, path: str, key: Any, allowed: tuple[str, ...]) -> None:
         expected = f"one of {', '.join(allowed)}"

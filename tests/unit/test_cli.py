@@ -139,9 +139,8 @@ def test_validate_warning_is_shown_with_ok(project, capsys, monkeypatch, golden)
 
 def test_validate_without_files(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    code, out = run(capsys, "validate", "--no-spark")
-    assert code == 2
-    assert out.startswith("no pipeline files")
+    assert main(["validate", "--no-spark"]) == 2
+    assert capsys.readouterr().err.startswith("no pipeline files")
 
 
 def test_plan_orders(project, capsys, golden):
@@ -167,9 +166,10 @@ def test_plan_masks_secrets_by_key_and_by_value(project, capsys, monkeypatch, go
 
 def test_plan_of_a_broken_file(project, capsys):
     file = write(project, "broken.yaml", FIVE_MISTAKES)
-    code, out = run(capsys, "plan", file)
-    assert code == 2
-    assert out.splitlines()[-1] == "5 errors in pipelines/broken.yaml"
+    assert main(["plan", file]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""  # diagnostics go to stderr; stdout is for results
+    assert err.splitlines()[-1] == "5 errors in pipelines/broken.yaml"
 
 
 def test_help_and_bad_arguments(capsys):

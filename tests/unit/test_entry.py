@@ -15,4 +15,4 @@ def test_a_run_that_succeeds_returns_and_one_that_fails_exits_with_its_code(tmp_
     with pytest.raises(SystemExit) as stop:
         run_job([str(tmp_path / "missing.yaml"), "--once"])
     assert stop.value.code == 2  # bad input
-    assert "missing.yaml" in capsys.readouterr().out
+    assert "missing.yaml" in capsys.readouterr().err  # a diagnostic: stderr
