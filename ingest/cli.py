@@ -244,7 +244,11 @@ def run_command(args) -> int:
             print(warning.render(), file=sys.stderr)
     pipelines = [one.pipeline for one in loaded]
     secrets = frozenset().union(*(p.secret_values for p in pipelines))
+    from ingest.batch import faults
     from ingest.errors import IngestError
+
+    if faults.warning():
+        print(f"{'!' * 78}\nWARNING: {faults.warning()}\n{'!' * 78}", file=sys.stderr, flush=True)
 
     try:
         return _supervise(pipelines, args.once, secrets)

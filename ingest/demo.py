@@ -45,6 +45,7 @@ from ingest.kafka.produce import (
 
 DEFAULT_ROOT = Path(".ingest/demo")
 PIPELINE_FILE = Path("pipelines/orders.yaml")
+PACKAGED_PIPELINE = Path(__file__).resolve().parent / "resources" / PIPELINE_FILE  # same text (tested)
 MARKER = ".ingest-demo"  # only a folder with this file is ever emptied by the demo
 PARTITIONS = 3
 CURRENCIES = ("EUR", "EUR", "USD", "GBP")
@@ -172,7 +173,9 @@ def prepare_root(data_root: Path) -> Path:
 
 
 def find_pipeline_file(given: Path | None) -> Path:
-    candidates = [given] if given else [PIPELINE_FILE, Path(__file__).resolve().parents[1] / PIPELINE_FILE]
+    """--pipeline, else the project's pipelines/orders.yaml, else the copy in the package
+    (an installed wheel has no project folder)."""
+    candidates = [given] if given else [PIPELINE_FILE, PACKAGED_PIPELINE]
     for candidate in candidates:
         if candidate.is_file():
             return candidate.resolve()
@@ -355,7 +358,7 @@ def run_pipeline(python: str, pipeline_file: Path, environ: dict[str, str], log:
     env.setdefault("PYSPARK_SUBMIT_ARGS", "--conf spark.ui.enabled=false pyspark-shell")
     env.pop("INGEST_FAULT", None)
     if fault:
-        env["INGEST_FAULT"] = fault
+        env.update({"INGEST_FAULT": fault, "INGEST_FAULT_CONFIRM": "crash"})
     log.parent.mkdir(parents=True, exist_ok=True)
     command = [python, "-m", "ingest", "run", str(pipeline_file), "--once", *(extra or [])]
     with open(log, "wb") as errors:

@@ -13,6 +13,19 @@ class IngestError(Exception):
     """Base of every error `ingest` raises on purpose."""
 
 
+class RunFailed(IngestError):
+    """A pipeline's query failed: which pipeline, in which batch, at which offsets, and why.
+
+    `offsets` is {topic: {partition: offset}}: the failed batch's, or the last committed
+    ones when the failure came before a batch was planned. `cause` is the exception the
+    query ended with (a Spark StreamingQueryException, or what the batch raised)."""
+
+    def __init__(self, message: str, pipeline: str, batch_id: int | None = None,
+                 offsets: dict | None = None, cause: BaseException | None = None):
+        super().__init__(message)
+        self.pipeline, self.batch_id, self.offsets, self.cause = pipeline, batch_id, offsets, cause
+
+
 class Retriable:
     """Marker mixin: the operation may succeed if tried again as is."""
 

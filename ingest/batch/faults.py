@@ -10,6 +10,10 @@ with a table per topic, between_tables (one table of the batch committed, anothe
 `batch=N` picks the batch (default: the first one to reach the point). The
 driver JVM is killed with SIGKILL, then this process: no cleanup runs, as in a
 real crash. Read once at start; with INGEST_FAULT unset a point is one `is None`.
+
+A variable left behind must not kill a production job, so INGEST_FAULT arms
+nothing unless INGEST_FAULT_CONFIRM=crash is set as well; armed or refused,
+`warning()` says so, and the faces print it loudly.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from ingest.errors import IngestError
 
 POINTS = ("before_dead_letter", "after_dead_letter", "during_merge", "after_target_commit",
           "between_tables")
+CONFIRM_VARIABLE, CONFIRM_VALUE = "INGEST_FAULT_CONFIRM", "crash"
 
 
 class FaultSpecError(IngestError):
@@ -53,7 +58,29 @@ def parse(text: str | None) -> Fault | None:
     return Fault(name, **values)
 
 
-_FAULT = parse(os.environ.get("INGEST_FAULT"))
+def confirmed(environ=os.environ) -> bool:
+    return environ.get(CONFIRM_VARIABLE) == CONFIRM_VALUE
+
+
+def warning_for(text: str | None, is_confirmed: bool) -> str | None:
+    """What to say about INGEST_FAULT; None when it is unset."""
+    if not text:
+        return None
+    if not is_confirmed:
+        return (f"INGEST_FAULT={text} is set but NOT armed: fault injection kills this process on "
+                f"purpose and also needs {CONFIRM_VARIABLE}={CONFIRM_VALUE}; unset INGEST_FAULT "
+                "if this is not a crash test")
+    return (f"FAULT INJECTION ARMED (INGEST_FAULT={text}): this process will kill itself with "
+            "SIGKILL at that point. Never set this in production.")
+
+
+_TEXT = os.environ.get("INGEST_FAULT")
+_FAULT = parse(_TEXT) if confirmed() else None
+
+
+def warning() -> str | None:
+    """The loud line for this process's INGEST_FAULT, armed or refused."""
+    return warning_for(_TEXT, _FAULT is not None)
 _jvm_pid: int | None = None
 
 

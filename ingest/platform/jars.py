@@ -18,7 +18,6 @@ from pathlib import Path
 
 from ingest.errors import IngestError
 
-DELTA_VERSION = "4.4.0"
 KAFKA_BROKER_VERSION = "4.3.1"
 SLF4J_VERSION = "1.7.36"  # the slf4j API line the Kafka 4.3 broker is built against
 
@@ -47,12 +46,23 @@ def spark_version() -> str:
     return pyspark.__version__
 
 
-def spark_artifacts(spark: str | None = None) -> list[Artifact]:
-    """Delta and Spark's Kafka connector for the installed Spark."""
+def delta_version() -> str:
+    """The installed delta-spark's version: its Python half and the jar must match."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("delta-spark")
+    except PackageNotFoundError:
+        raise JarResolutionError("delta-spark is not installed; expected `pip install "
+                                 "'ingest[spark]'` (it pins the pyspark and delta-spark pair)") from None
+
+
+def spark_artifacts(spark: str | None = None, delta: str | None = None) -> list[Artifact]:
+    """Delta and Spark's Kafka connector for the installed Spark and delta-spark."""
     spark = spark or spark_version()
     spark_minor = ".".join(spark.split(".")[:2])
     return [
-        Artifact("io.delta", f"delta-spark_{spark_minor}_2.13", DELTA_VERSION),
+        Artifact("io.delta", f"delta-spark_{spark_minor}_2.13", delta or delta_version()),
         Artifact("org.apache.spark", "spark-sql-kafka-0-10_2.13", spark),
     ]
 

@@ -25,7 +25,10 @@ from ingest.spec.model import Pipeline
 class Outcome:
     pipeline: str
     batches: int
-    error: str | None = None
+    error: str | None = None  # the one-paragraph story: pipeline, batch, offsets, cause
+    batch_id: int | None = None  # the batch that failed, when known
+    offsets: dict | None = None  # {topic: {partition: offset}} of that batch, or the last committed
+    cause: BaseException | None = None
 
 
 @dataclass
@@ -122,9 +125,9 @@ class Supervisor:
         error = run.query.exception()
         if error is None:
             return Outcome(run.pipeline.name, run.batches)
-        return Outcome(run.pipeline.name, run.batches, self._describe_failure(run, error))
+        return self._failed(run, error)
 
-    def _describe_failure(self, run: _Running, error) -> str:
+    def _failed(self, run: _Running, error) -> Outcome:
         failure = getattr(run.processor, "failure", None)
         if failure is not None:
             batch_id, offsets, cause = failure
@@ -139,8 +142,9 @@ class Supervisor:
             where = "offsets"
         position = " ".join(f"{t}/{p}:{o}" for t, parts in sorted((offsets or {}).items())
                             for p, o in sorted(parts.items())) or "unknown"
-        return (f"pipeline {run.pipeline.name} failed in batch {batch_id} ({where} {position}): "
+        text = (f"pipeline {run.pipeline.name} failed in batch {batch_id} ({where} {position}): "
                 f"{_first_lines(cause)}")
+        return Outcome(run.pipeline.name, run.batches, text, batch_id, offsets, cause)
 
 
 def _await(query, seconds: float) -> None:

@@ -44,6 +44,7 @@ class IngestProcess:
         env.pop("INGEST_FAULT", None)
         if fault:
             env["INGEST_FAULT"] = fault
+            env["INGEST_FAULT_CONFIRM"] = "crash"  # armed on purpose (ingest.batch.faults)
         command = [sys.executable, "-m", "ingest", "run", str(pipeline_file)] + (["--once"] if once else [])
         self.log = log
         with open(log, "ab") as out:
