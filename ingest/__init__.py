@@ -54,11 +54,11 @@ def load(path: PathLike, env: str = "local", conf_dir: PathLike | None = None) -
 
 
 def run(spark: SparkSession, path: PathLike | Sequence[PathLike], env: str = "local",
-        once: bool = False, conf_dir: PathLike | None = None) -> list[Outcome]:
+        once: bool = False, conf_dir: PathLike | None = None, preflight: bool = True) -> list[Outcome]:
     """Run pipelines until they finish (`once`) or stop; raises RunFailed when one fails.
 
     In a notebook, interrupting the cell stops the queries cleanly."""
-    handle = start(spark, path, env=env, once=once, conf_dir=conf_dir)
+    handle = start(spark, path, env=env, once=once, conf_dir=conf_dir, preflight=preflight)
     try:
         return handle.await_termination()
     except KeyboardInterrupt:
@@ -67,8 +67,11 @@ def run(spark: SparkSession, path: PathLike | Sequence[PathLike], env: str = "lo
 
 
 def start(spark: SparkSession, path: PathLike | Sequence[PathLike], env: str = "local",
-          once: bool = False, conf_dir: PathLike | None = None) -> Run:
-    """Start pipelines and return at once; the handle stops, awaits and reports them."""
+          once: bool = False, conf_dir: PathLike | None = None, preflight: bool = True) -> Run:
+    """Start pipelines and return at once; the handle stops, awaits and reports them.
+
+    `preflight=False` is `ingest run --no-preflight`: no broker check and no retention
+    guard from the Python client, for a login only Spark's Java client speaks."""
     from ingest.batch import faults
     from ingest.run.supervisor import Supervisor
     from ingest.spec.loader import check_unique, read_pipeline
@@ -82,8 +85,12 @@ def start(spark: SparkSession, path: PathLike | Sequence[PathLike], env: str = "
     if faults.warning():
         warnings.warn(faults.warning(), stacklevel=2)
     handle = Run([one.pipeline for one in loaded])
-    handle._begin(Supervisor(handle.pipelines, once, on_report=handle._reported, on_note=handle._note),
-                  spark)
+    if not preflight:
+        warnings.warn("preflight=False: no broker check and no retention guard from ingest; Spark's "
+                      "Kafka client still stops on lost offsets (unless allow_data_loss)", stacklevel=2)
+    supervisor = Supervisor(handle.pipelines, once, on_report=handle._reported, on_note=handle._note,
+                            preflight=preflight)
+    handle._begin(supervisor, spark)
     return handle
 
 

@@ -229,6 +229,9 @@ def add_run(commands, environment: argparse.ArgumentParser) -> None:
     command.add_argument("files", nargs="+", metavar="FILE", help="pipeline files")
     command.add_argument("--once", action="store_true",
                          help="process what is available now, then exit")
+    command.add_argument("--no-preflight", action="store_true",
+                         help="skip the broker check and retention guard done with the Python Kafka "
+                         "client (for a login only Spark's Java client speaks, e.g. AWS MSK IAM)")
     command.set_defaults(run=run_command)
 
 
@@ -250,21 +253,27 @@ def run_command(args) -> int:
     if faults.warning():
         print(f"{'!' * 78}\nWARNING: {faults.warning()}\n{'!' * 78}", file=sys.stderr, flush=True)
 
+    if args.no_preflight:
+        print("warning: --no-preflight: no broker check before Spark starts and no retention guard "
+              "from ingest; Spark's Kafka client still stops on lost offsets (unless "
+              "allow_data_loss), and a broker that does not answer shows only as a slow, failed query",
+              file=sys.stderr)
     try:
-        return _supervise(pipelines, args.once, secrets)
+        return _supervise(pipelines, args.once, secrets, preflight=not args.no_preflight)
     except IngestError as error:  # broker down, bad credentials, retention gap, already running
         print(f"error: {mask(str(error), secrets)}", file=sys.stderr)
         return CHECK_FAILED
 
 
-def _supervise(pipelines, once: bool, secrets) -> int:
+def _supervise(pipelines, once: bool, secrets, preflight: bool = True) -> int:
     import signal
     import threading
 
     from ingest.run.supervisor import Supervisor
 
     progress = _ProgressPrinter(secrets)
-    supervisor = Supervisor(pipelines, once, on_report=progress.batch, on_note=progress.note)
+    supervisor = Supervisor(pipelines, once, on_report=progress.batch, on_note=progress.note,
+                            preflight=preflight)
     supervisor.claim()  # before Spark starts: a second copy or a dead broker fails in a second
     stopped_by = []
 

@@ -2,9 +2,13 @@
 exist, and which offsets they hold (earliest and end).
 
 The pipeline's `source.kafka.options` are written for Spark's Java client
-(`kafka.*`); the ones librdkafka understands under another spelling are
-translated here, so status, verify and the start-up checks authenticate the
-same way the query does.
+(`kafka.*`). Every one is passed to librdkafka, which shares most names; the
+JAAS line (PLAIN/SCRAM login, Kerberos keytab, OAUTHBEARER OIDC client) is
+translated into librdkafka's own settings, and a setting librdkafka does not
+know (a Java callback class, a JKS truststore) is left out. So status, verify
+and the start-up checks authenticate the way the query does; a mechanism only
+the Java client speaks (a login callback such as AWS MSK IAM) needs `ingest
+run --no-preflight`.
 
 Refused credentials (or a TLS failure) fail at once: librdkafka would retry them
 until the timeout, and Spark's own client would retry for minutes.
@@ -23,8 +27,20 @@ from ingest.errors import IngestError
 from ingest.spec.model import KafkaSource
 
 _JAAS_FIELD = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
-_SAME_NAME = ("security.protocol", "sasl.mechanism", "ssl.ca.location", "ssl.certificate.location",
-              "ssl.key.location", "ssl.key.password", "ssl.endpoint.identification.algorithm")
+# JAAS fields -> librdkafka settings, per login module
+_JAAS_SETTINGS = {
+    "username": "sasl.username", "password": "sasl.password",  # PLAIN, SCRAM
+    "keyTab": "sasl.kerberos.keytab", "principal": "sasl.kerberos.principal",  # GSSAPI
+    "clientId": "sasl.oauthbearer.client.id", "clientSecret": "sasl.oauthbearer.client.secret",
+    "scope": "sasl.oauthbearer.scope",  # OAUTHBEARER with an OIDC token endpoint
+}
+# Java-client settings with no librdkafka meaning (JAAS is translated above; JKS stores and
+# callback classes are Java's own); anything else librdkafka refuses is dropped by `_consumer`.
+_JAVA_ONLY = ("sasl.jaas.config", "sasl.login.callback.handler.class",
+              "sasl.client.callback.handler.class", "sasl.login.class", "ssl.truststore.location",
+              "ssl.truststore.password", "ssl.truststore.type", "ssl.keystore.location",
+              "ssl.keystore.password", "ssl.keystore.type", "ssl.protocol", "ssl.enabled.protocols")
+_UNKNOWN_PROPERTY = re.compile(r'No such configuration property: "([^"]+)"')
 # Errors that no retry will cure: wrong credentials, TLS set-up, a fatal client state.
 _REFUSED = (KafkaError._AUTHENTICATION, KafkaError._SSL)
 _STEP_S = 1.0  # how often a metadata request looks at the errors reported meanwhile
@@ -40,18 +56,17 @@ class BrokerUnreachable(IngestError):
 
 def client_config(kafka: KafkaSource) -> dict[str, str]:
     """librdkafka settings equivalent to the pipeline's Spark Kafka options."""
-    config = {"bootstrap.servers": kafka.bootstrap_servers}
     options = dict(kafka.options)
-    for key in _SAME_NAME:
-        if key in options:
-            config[key] = str(options[key])
-    jaas = options.get("sasl.jaas.config")
-    if jaas:
-        fields = dict(_JAAS_FIELD.findall(jaas))
-        if "username" in fields:
-            config["sasl.username"] = _unescape(fields["username"])
-        if "password" in fields:
-            config["sasl.password"] = _unescape(fields["password"])
+    config = {key: str(value) for key, value in options.items() if key not in _JAVA_ONLY}
+    if config.get("ssl.endpoint.identification.algorithm") == "":  # Java's spelling of "none"
+        config["ssl.endpoint.identification.algorithm"] = "none"
+    fields = dict(_JAAS_FIELD.findall(options.get("sasl.jaas.config", "")))
+    for field, setting in _JAAS_SETTINGS.items():
+        if field in fields:
+            config[setting] = _unescape(fields[field])
+    if "sasl.oauthbearer.client.id" in config:
+        config.setdefault("sasl.oauthbearer.method", "oidc")
+    config["bootstrap.servers"] = kafka.bootstrap_servers
     return config
 
 
@@ -61,7 +76,7 @@ def _unescape(value: str) -> str:
 
 
 def _consumer(kafka: KafkaSource, errors: list, **extra) -> Consumer:
-    return Consumer({
+    config = {
         **client_config(kafka),
         "group.id": f"ingest-admin-{uuid.uuid4().hex}",
         "enable.auto.commit": False,
@@ -71,7 +86,18 @@ def _consumer(kafka: KafkaSource, errors: list, **extra) -> Consumer:
         "error_cb": errors.append,
         "logger": _QUIET,
         **extra,
-    })
+    }
+    while True:
+        try:
+            return Consumer(config)
+        except KafkaException as error:  # a Java-only setting: the Java client still gets it
+            unknown = _UNKNOWN_PROPERTY.search(str(error))
+            if unknown is None or unknown.group(1) not in config:
+                raise BrokerUnreachable(
+                    f"the Python Kafka client cannot use source.kafka.options as given "
+                    f"({error.args[0].str()}); `ingest run --no-preflight` leaves the checks to "
+                    "Spark's own client") from None
+            del config[unknown.group(1)]
 
 
 def _metadata(consumer: Consumer, kafka: KafkaSource, errors: list, timeout: float):

@@ -62,9 +62,10 @@ def _from_delta_log(spark, pipeline: Pipeline, watermarks) -> StartPlan:
     recorded = ledger.recorded_offsets(entries)
     if not recorded:
         return StartPlan(None, {})
+    # without the pre-flight (no watermarks) the partitions are those the log knows
     offsets = {topic: {p: recorded.get(topic, {}).get(p, _configured_start(pipeline, topic, p))
                        for p in parts}
-               for topic, parts in watermarks.items()}
+               for topic, parts in (watermarks or recorded).items()}
     note = (f"{pipeline.name}: checkpoint {pipeline.checkpoint} is missing or empty; resuming from the "
             f"offsets recorded in the Delta logs of {pipeline.target.location} and "
             f"{pipeline.dead_letter.location}, with a new app id: "

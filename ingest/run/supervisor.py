@@ -45,8 +45,11 @@ class _Running:
 class Supervisor:
     def __init__(self, pipelines: list[Pipeline], once: bool,
                  on_report: Callable[[BatchReport, CatchUp], None],
-                 on_note: Callable[[str], None]):
-        self.pipelines, self.once = pipelines, once
+                 on_note: Callable[[str], None], preflight: bool = True):
+        """`preflight=False`: no broker check and no retention guard from the Python
+        client (for a mechanism only Spark's Java client speaks); Spark's own client
+        still fails the query on lost offsets unless allow_data_loss."""
+        self.pipelines, self.once, self.preflight = pipelines, once, preflight
         self.on_report, self.on_note = on_report, on_note
         self.spark = None
         self.running: list[_Running] = []
@@ -59,7 +62,8 @@ class Supervisor:
                 lease = Lease(pipeline.name, pipeline.checkpoint)
                 lease.acquire()
                 self.running.append(_Running(pipeline, lease, {}))
-                self.running[-1].watermarks = recovery.fetch_watermarks(pipeline)
+                if self.preflight:
+                    self.running[-1].watermarks = recovery.fetch_watermarks(pipeline)
         except BaseException:
             self.release()
             raise

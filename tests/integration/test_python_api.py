@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 
@@ -82,3 +83,20 @@ def test_import_is_cheap():
              "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'delta', 'yaml')))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_without_preflight_a_lost_checkpoint_resumes_from_the_delta_log(spark, kafka, topic, tmp_path,
+                                                                         bootstrap):
+    send_orders(kafka, topic, 10)
+    pipeline_file = write_pipeline(tmp_path, topic, name="api_no_preflight")
+    with pytest.warns(UserWarning, match="preflight=False"):
+        ingest.run(spark, pipeline_file, once=True, preflight=False)
+    shutil.rmtree(tmp_path / "checkpoints" / "api_no_preflight")
+    send_orders(kafka, topic, 10)  # the same 10 uids again, and another malformed record
+
+    handle = ingest.start(spark, pipeline_file, once=True, preflight=False)
+    handle.await_termination(timeout=300)
+
+    assert any("resuming from the offsets recorded in the Delta logs" in note for note in handle.notes)
+    audit = ingest.verify(spark, pipeline_file)
+    assert (audit.ok, audit.target_rows, audit.dead_letters) == (True, 10, 2)

@@ -42,16 +42,18 @@ def ok(done: subprocess.CompletedProcess) -> str:
 def test_the_wheel_installs_validates_and_runs_the_demo(tmp_path):
     dist, venv, user = tmp_path / "dist", tmp_path / "venv", tmp_path / "user"
     user.mkdir()
-    ok(sh(sys.executable, "-m", "pip", "wheel", PROJECT, "--no-deps", "-w", dist, "-q", cwd=tmp_path))
-    [wheel] = dist.glob("ingest-*.whl")
-    ok(sh("python3.11", "-m", "venv", venv, cwd=tmp_path))
-    pip, ingest = venv / "bin" / "pip", venv / "bin" / "ingest"
-    ok(sh(pip, "install", "-q", "-c", LOCK, wheel, cwd=tmp_path))
-
-    # The user's folder: no checkout, no conf/, the package's code only.
+    # Nothing of the checkout may leak in: with PYTHONPATH pointing at it, pip would
+    # take `ingest` as installed already.
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYTHONPATH", "VIRTUAL_ENV", "INGEST_FAULT", "INGEST_CONF_DIR")}
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env['PATH']}"
+    ok(sh(sys.executable, "-m", "pip", "wheel", PROJECT, "--no-deps", "-w", dist, "-q", cwd=tmp_path, env=env))
+    [wheel] = dist.glob("ingest-*.whl")
+    ok(sh("python3.11", "-m", "venv", venv, cwd=tmp_path, env=env))
+    pip, ingest = venv / "bin" / "pip", venv / "bin" / "ingest"
+    ok(sh(pip, "install", "-q", "-c", LOCK, wheel, cwd=tmp_path, env=env))
+
+    # The user's folder: no checkout, no conf/, the package's code only.
     assert ok(sh(ingest, "--version", cwd=user, env=env)).strip().startswith("ingest ")
     (user / "pipelines").mkdir()
     (user / "pipelines" / "clicks.yml").write_text(PIPELINE)
@@ -65,7 +67,7 @@ def test_the_wheel_installs_validates_and_runs_the_demo(tmp_path):
     strict = sh(ingest, "validate", "--strict", cwd=user, env=env_vars)
     assert strict.returncode == 2 and "--strict" in strict.stderr
 
-    ok(sh(pip, "install", "-q", "-c", LOCK, f"{wheel}[spark]", cwd=tmp_path))
+    ok(sh(pip, "install", "-q", "-c", LOCK, f"{wheel}[spark]", cwd=tmp_path, env=env))
     demo = sh(ingest, "demo", "--data-root", user / "demo", cwd=user, env=env, timeout=900)
     out = ok(demo)
     assert "exactly once: every uid once, nothing missing" in out
