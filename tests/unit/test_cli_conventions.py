@@ -9,7 +9,10 @@ import pytest
 
 import ingest
 from ingest.cli import build_parser, main
-from tests.unit.test_cli import WITH_SECRETS, project, write  # noqa: F401  (fixture)
+from tests.unit import test_cli
+from tests.unit.test_cli import WITH_SECRETS, write
+
+project = test_cli.project  # the same project-folder fixture
 
 
 def outcome(capsys, *argv):
