@@ -25,8 +25,12 @@ import os
 import threading
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Union
 
+# The subpackage ingest.run is imported first, so that `ingest.run` is the function
+# below: importing a subpackage later would set the package's attribute `run` to it.
+from ingest import run as _run_subpackage  # noqa: F401, I001  (a docstring only: cheap)
 from ingest.errors import IngestError, RunFailed, SpecErrors
 
 if TYPE_CHECKING:
@@ -50,7 +54,7 @@ def load(path: PathLike, env: str = "local", conf_dir: PathLike | None = None) -
     """The pipeline in `path` with `conf/<env>.yaml`'s values; raises SpecErrors."""
     from ingest.spec.loader import load_pipeline
 
-    return load_pipeline(path, env, conf_dir=conf_dir)
+    return load_pipeline(Path(path), env, conf_dir=_folder(conf_dir))
 
 
 def run(spark: SparkSession, path: PathLike | Sequence[PathLike], env: str = "local",
@@ -77,13 +81,14 @@ def start(spark: SparkSession, path: PathLike | Sequence[PathLike], env: str = "
     from ingest.spec.loader import check_unique, read_pipeline
     from ingest.spec.settings import load_settings
 
-    settings = load_settings(env, conf_dir)
-    loaded = [read_pipeline(one, settings=settings) for one in _paths(path)]
+    settings = load_settings(env, _folder(conf_dir))
+    loaded = [read_pipeline(Path(one), settings=settings) for one in _paths(path)]
     problems = check_unique(loaded)
     if problems:
         raise SpecErrors(problems)
-    if faults.warning():
-        warnings.warn(faults.warning(), stacklevel=2)
+    fault_warning = faults.warning()
+    if fault_warning:
+        warnings.warn(fault_warning, stacklevel=2)
     handle = Run([one.pipeline for one in loaded])
     if not preflight:
         warnings.warn("preflight=False: no broker check and no retention guard from ingest; Spark's "
@@ -111,7 +116,7 @@ def verify(spark: SparkSession, path: PathLike, env: str = "local",
     return audit(spark, load(path, env, conf_dir))
 
 
-def configure_spark(builder):
+def configure_spark(builder: SparkSession.Builder) -> SparkSession.Builder:
     """`builder` with Delta and Spark's Kafka connector set up (jars as `INGEST_JARS` says),
     in the style of delta-spark's `configure_spark_with_delta_pip`; the session is yours."""
     from ingest.platform.session import configure_builder
@@ -176,15 +181,15 @@ class Run:
             supervisor.release()
             raise
         self._supervisor = supervisor
-        threading.Thread(target=self._wait, name="ingest-run", daemon=True).start()
+        threading.Thread(target=self._wait, args=(supervisor,), name="ingest-run", daemon=True).start()
 
-    def _wait(self) -> None:
+    def _wait(self, supervisor: Supervisor) -> None:
         try:
-            self._outcomes = self._supervisor.wait()
+            self._outcomes = supervisor.wait()
         except BaseException as error:  # handed to whoever awaits the run
             self._error = error
         finally:
-            self._supervisor.release()
+            supervisor.release()
             self._done.set()
 
     def _reported(self, report: BatchReport, _catch_up) -> None:
@@ -203,6 +208,10 @@ def _run_failed(outcome: Outcome, secrets: frozenset[str]) -> RunFailed:
 
     return RunFailed(mask(outcome.error or "", secrets), pipeline=outcome.pipeline,
                      batch_id=outcome.batch_id, offsets=outcome.offsets, cause=outcome.cause)
+
+
+def _folder(conf_dir: PathLike | None) -> Path | None:
+    return None if conf_dir is None else Path(conf_dir)
 
 
 def _paths(path: PathLike | Sequence[PathLike]) -> list[PathLike]:
