@@ -260,6 +260,9 @@ def run_command(args) -> int:
               file=sys.stderr)
     try:
         return _supervise(pipelines, args.once, secrets, preflight=not args.no_preflight)
+    except SpecErrors as error:  # what validate refuses, found again at start
+        print(mask(error.render(), secrets), file=sys.stderr)
+        return BAD_INPUT
     except IngestError as error:  # broker down, bad credentials, retention gap, already running
         print(f"error: {mask(str(error), secrets)}", file=sys.stderr)
         return CHECK_FAILED

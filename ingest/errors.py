@@ -58,7 +58,7 @@ PROBLEM_CODES = {
     "unknown_template": "a template variable other than ${topic}, or one outside the target and dead_letter",
     "template_rules": "per-topic dead letters or schemas without ${topic} in the target",
     "unknown_env": "no conf/<env>.yaml for the selected environment",
-    "duplicate_name": "two pipelines share a name or a checkpoint",
+    "duplicate_name": "two pipelines share a name, a checkpoint or a target",
     "bad_ddl": "source.schema is not a Spark DDL schema",
     "bad_sql": "a transform expression Spark cannot parse or resolve",
     "coordinates_uid": "warning: a uid from Kafka coordinates is only safe with idempotent producers",

@@ -45,8 +45,20 @@ class StartPlan:
     gaps: list[Gap] = field(default_factory=list)
 
 
+class TargetLost(IngestError):
+    """The checkpoint has committed batches, but the target they went to is gone."""
+
+
 def plan_start(spark, pipeline: Pipeline, watermarks: dict[str, dict[int, tuple[int, int]]]) -> StartPlan:
     state = read_state(spark, pipeline.checkpoint)
+    if state.last_committed_batch is not None and not table_exists(spark, pipeline.target):
+        # Going on would create an empty table and resume after everything the
+        # checkpoint says was written: every record before it lost from the target.
+        raise TargetLost(
+            f"{pipeline.name}: checkpoint {pipeline.checkpoint} has committed batches up to "
+            f"{state.last_committed_batch}, but the target {pipeline.target.location} does not exist "
+            "(dropped, or its path or name changed); restore the table (or point target at it), "
+            "or to load the topic again into a new table delete the checkpoint too")
     if not state.empty:  # Spark resumes from its own offset log (replays are no-ops)
         plan = StartPlan(None, state.committed_offsets or {})
     else:

@@ -13,12 +13,15 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ingest.batch.processor import BatchReport
+from ingest.errors import SpecErrors
 from ingest.run import recovery
 from ingest.run.checkpoint import read_state
 from ingest.run.fencing import Lease
 from ingest.run.progress import CatchUp
 from ingest.run.query import start_query
+from ingest.spec.locations import shared_locations
 from ingest.spec.model import Pipeline
+from ingest.spec.sql_check import check_sql
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,9 @@ class Supervisor:
 
     def claim(self) -> None:
         """Leases and broker checks for every pipeline; on any failure none is held."""
+        shared = shared_locations(self.pipelines)
+        if shared:
+            raise SpecErrors(shared)
         try:
             for pipeline in self.pipelines:
                 lease = Lease(pipeline.name, pipeline.checkpoint)
@@ -74,6 +80,10 @@ class Supervisor:
 
     def start(self, spark) -> None:
         self.spark = spark
+        refused = [problem for run in self.running for problem in _spec_problems(spark, run.pipeline)]
+        if refused:  # `validate`'s Spark checks: a row-changing transform, a non-deterministic uid
+            self._stop_all()
+            raise SpecErrors(refused)
         try:
             for run in self.running:
                 self._start_one(run)
@@ -149,6 +159,13 @@ class Supervisor:
         text = (f"pipeline {run.pipeline.name} failed in batch {batch_id} ({where} {position}): "
                 f"{_first_lines(cause)}")
         return Outcome(run.pipeline.name, run.batches, text, batch_id, offsets, cause)
+
+
+def _spec_problems(spark, pipeline: Pipeline) -> list:
+    from dataclasses import replace
+
+    problems = [p for p in check_sql(pipeline, spark) if not p.warning]
+    return [replace(p, file=p.file or pipeline.source_file) for p in problems]
 
 
 def _await(query, seconds: float) -> None:

@@ -21,6 +21,7 @@ from typing import Any, Iterable, Mapping
 from ingest.errors import Problem, SpecErrors
 from ingest.spec import settings as conf
 from ingest.spec import template
+from ingest.spec.locations import path_key, table_key
 from ingest.spec.model import (
     FORMATS,
     ISOLATION_LEVELS,
@@ -138,15 +139,21 @@ def _masked(problems: Iterable[Problem], secrets: frozenset[str]) -> list[Proble
 
 
 def check_unique(loaded: Iterable[Loaded]) -> list[Problem]:
-    """Problems where pipelines validated together share a name or a checkpoint."""
+    """Problems where pipelines validated together share a name, a checkpoint or a
+    target (however spelled: `a/cp` and `a/cp/` are one checkpoint)."""
     problems, seen = [], {}
     for one in loaded:
-        for key, value in (("name", one.pipeline.name), ("checkpoint", one.pipeline.checkpoint)):
-            first = seen.setdefault((key, value), one)
+        pipeline = one.pipeline
+        target = ("target.table", pipeline.target.table, "table:" + table_key(pipeline.target.table)) \
+            if pipeline.target.table else ("target.path", pipeline.target.path, path_key(pipeline.target.path))
+        for key, value, same in (("name", pipeline.name, pipeline.name),
+                                 ("checkpoint", pipeline.checkpoint, path_key(pipeline.checkpoint)), target):
+            first = seen.setdefault((key.split(".")[0], same), one)
             if first is not one:
                 problems.append(Problem(
-                    "duplicate_name", key, f"{value!r} is also the {key} of {first.index.file}; "
-                    f"expected a {key} of its own", one.index.line(key), one.index.file))
+                    "duplicate_name", key, f"{value!r} is also the {key.split('.')[0]} of "
+                    f"{first.index.file}; expected a {key.split('.')[0]} of its own",
+                    one.index.line(key), one.index.file))
     return problems
 
 

@@ -45,6 +45,7 @@ def check_sql(pipeline: Pipeline, spark) -> list[Problem]:
             output = _transformed(decoded, pipeline.transform, problems)
             if output is not None:
                 problems += _column_problems(pipeline, output.schema)
+                problems += _changing_uid(pipeline, output)
     return _unique(problems)
 
 
@@ -177,6 +178,68 @@ def _row_changing_operator(frame) -> str | None:
         operator = re.sub(r"^[\s:+\-!']*", "", line).split(" ")[0]
         if operator in NOT_ROW_BY_ROW:
             return operator
+    return None
+
+
+# Deterministic to Spark's optimizer (one value per query), yet another value on a replay.
+TIME_FUNCTIONS = {"CurrentTimestamp", "Now", "CurrentDate", "LocalTimestamp", "CurrentTime",
+                  "CurrentBatchTimestamp", "CurrentTimeZone"}
+
+
+def _changing_uid(pipeline: Pipeline, output) -> list[Problem]:
+    """A uid column computed by `uuid()`, `rand()`, `current_timestamp()`... gives a
+    replayed record another uid: the retry would be inserted twice."""
+    uid = pipeline.uid
+    columns = [uid.field] if uid.field else list(uid.fields)
+    changing = _changing_columns(output) if columns else {}
+    return [Problem("bad_sql", "uid", f"column {column!r} comes from {changing[column.lower()]}, which gives "
+                    "a replayed record another value; expected a uid from the record's own data")
+            for column in columns if column.lower() in changing]
+
+
+def _changing_columns(frame) -> dict[str, str]:
+    """Output columns (lowercase) whose value is not a function of the record, with
+    the expression that makes it so (classic sessions only)."""
+    jdf = getattr(frame, "_jdf", None)
+    if jdf is None:
+        return {}
+    plan = jdf.queryExecution().analyzed()
+    tainted: dict[int, str] = {}  # expression id -> the non-deterministic expression
+
+    def visit(node) -> None:
+        children = node.children()
+        for i in range(children.size()):
+            visit(children.apply(i))
+        expressions = node.expressions()
+        for i in range(expressions.size()):
+            expression = expressions.apply(i)
+            if expression.nodeName() != "Alias":
+                continue
+            cause = _changing_part(expression)
+            references = expression.references().toSeq()
+            for j in range(references.size()):
+                cause = cause or tainted.get(references.apply(j).exprId().id())
+            if cause:
+                tainted[expression.exprId().id()] = cause
+
+    visit(plan)
+    output = plan.output()
+    found = {}
+    for i in range(output.size()):
+        attribute = output.apply(i)
+        if attribute.exprId().id() in tainted:
+            found[attribute.name().lower()] = tainted[attribute.exprId().id()]
+    return found
+
+
+def _changing_part(expression) -> str | None:
+    if not expression.deterministic() or expression.nodeName() in TIME_FUNCTIONS:
+        return expression.sql() if expression.nodeName() != "Alias" else _changing_part(expression.child())
+    children = expression.children()
+    for i in range(children.size()):
+        cause = _changing_part(children.apply(i))
+        if cause:
+            return cause
     return None
 
 

@@ -108,7 +108,8 @@ def test_validate_reports_good_and_bad_files_together(project, capsys, golden):
 
 def test_validate_two_pipelines_with_one_name(project, capsys, golden):
     copy = (project / "pipelines" / "orders.yaml").read_text()
-    file = write(project, "orders_copy.yaml", copy.replace("checkpoints/orders", "checkpoints/copy"))
+    file = write(project, "orders_copy.yaml", copy.replace("checkpoints/orders", "checkpoints/copy")
+                                                .replace("tables/orders", "tables/copy"))
     code, out = run(capsys, "validate", "--no-spark", "pipelines/orders.yaml", file)
     assert code == 2
     golden("validate_duplicate_name", out)

@@ -144,3 +144,31 @@ def test_a_topic_schema_is_checked_at_its_own_key(spark):
     loaded = read_text(per_topic, "orders.yaml", environ={}, settings=SETTINGS)
     placed = loaded.place(check_sql(loaded.pipeline, spark))
     assert [(p.code, p.path, p.line) for p in placed] == [("bad_ddl", "source.schemas.refunds", 8)]
+
+
+@pytest.mark.parametrize("expression, cause", [
+    ("uuid() AS id", "uuid()"),
+    ("CAST(rand() * 1000 AS INT) AS id", "rand("),
+    ("concat(order_id, CAST(current_timestamp() AS STRING)) AS id", "current_timestamp()"),
+    ("uuid() AS raw_id\", \"raw_id AS id", "uuid()"),  # reaches the uid through a later alias
+])
+def test_a_uid_that_changes_on_a_replay_is_refused(spark, expression, cause):
+    select = f'"*", "{expression}", "to_date(ts) AS order_date"'
+    found, _ = problems(spark, '"*", "to_date(ts) AS order_date"', select)
+    assert found == []  # a changing column that is not the uid is fine
+    found, [problem] = _with_uid(spark, select)
+    assert [(code, path) for code, path, _ in found] == [("bad_sql", "uid")]
+    assert "'id' comes from " in problem.message and cause in problem.message.lower()
+
+
+def _with_uid(spark, select: str):
+    text = BASE.replace('"*", "to_date(ts) AS order_date"', select).replace(
+        "header: message-id", "fields: [order_id, id]")
+    loaded = read_text(text, "orders.yaml", environ={}, settings=SETTINGS)
+    placed = loaded.place(check_sql(loaded.pipeline, spark))
+    return [(p.code, p.path, p.line) for p in placed], placed
+
+
+def test_a_uid_from_the_record_is_accepted(spark):
+    found, _ = _with_uid(spark, '"*", "upper(order_id) AS id", "to_date(ts) AS order_date"')
+    assert found == []

@@ -133,11 +133,33 @@ def test_place_puts_later_problems_on_lines():
 
 def test_same_name_in_two_files_is_a_problem():
     one = read_text(MINIMAL, "a.yaml", environ=ENVIRON, settings=SETTINGS)
-    two = read_text(MINIMAL.replace("checkpoints/orders", "checkpoints/other"), "b.yaml",
-                    environ=ENVIRON, settings=SETTINGS)
+    two = read_text(MINIMAL.replace("checkpoints/orders", "checkpoints/other")
+                    .replace("tables/orders", "tables/other"), "b.yaml", environ=ENVIRON, settings=SETTINGS)
     [problem] = check_unique([one, two])
     assert (problem.code, problem.path, problem.file, problem.line) == \
         ("duplicate_name", "name", "b.yaml", 1)
+
+
+@pytest.mark.parametrize("checkpoint", ["checkpoints/orders/", "./checkpoints//orders", "checkpoints/x/../orders"])
+def test_one_checkpoint_spelled_two_ways_is_a_problem(checkpoint, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    one = read_text(MINIMAL.replace("${DATA_ROOT}/checkpoints/orders", "checkpoints/orders"), "a.yaml",
+                    environ=ENVIRON, settings=SETTINGS)
+    two = read_text(MINIMAL.replace("name: orders", "name: copy")
+                    .replace("${DATA_ROOT}/checkpoints/orders", checkpoint)
+                    .replace("tables/orders", "tables/copy"), "b.yaml", environ=ENVIRON, settings=SETTINGS)
+    [problem] = check_unique([one, two])
+    assert (problem.code, problem.path, problem.file) == ("duplicate_name", "checkpoint", "b.yaml")
+
+
+@pytest.mark.parametrize("target", ["${DATA_ROOT}/tables/orders/", "${DATA_ROOT}//tables/orders"])
+def test_one_target_for_two_pipelines_is_a_problem(target):
+    one = read_text(MINIMAL, "a.yaml", environ=ENVIRON, settings=SETTINGS)
+    two = read_text(MINIMAL.replace("name: orders", "name: copy").replace("checkpoints/orders", "checkpoints/c")
+                    .replace("${DATA_ROOT}/tables/orders", target), "b.yaml", environ=ENVIRON, settings=SETTINGS)
+    [problem] = check_unique([one, two])
+    assert (problem.code, problem.path, problem.file) == ("duplicate_name", "target.path", "b.yaml")
+    assert "expected a target of its own" in problem.message
 
 
 def test_unreadable_file(tmp_path):
