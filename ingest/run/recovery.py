@@ -14,6 +14,7 @@ from ingest.batch.merge import table_exists
 from ingest.errors import IngestError
 from ingest.kafka import admin as kafka_admin
 from ingest.run.checkpoint import read_state
+from ingest.spec import template
 from ingest.spec.model import Pipeline, Target
 
 EARLIEST, LATEST = -2, -1  # Spark's per-partition markers in startingOffsets
@@ -51,7 +52,9 @@ class TargetLost(IngestError):
 
 def plan_start(spark, pipeline: Pipeline, watermarks: dict[str, dict[int, tuple[int, int]]]) -> StartPlan:
     state = read_state(spark, pipeline.checkpoint)
-    if state.last_committed_batch is not None and not table_exists(spark, pipeline.target):
+    # (a table per topic: which tables a checkpoint has written is not known here)
+    if (state.last_committed_batch is not None and not template.is_per_topic(pipeline)
+            and not table_exists(spark, pipeline.target)):
         # Going on would create an empty table and resume after everything the
         # checkpoint says was written: every record before it lost from the target.
         raise TargetLost(
