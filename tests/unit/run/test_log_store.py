@@ -1,0 +1,40 @@
+"""The warning `run` gives for Delta tables on S3 without a multi-cluster log store (no JVM)."""
+
+from dataclasses import replace
+
+import pytest
+
+from ingest.run.log_store import single_driver_warning
+from ingest.spec.model import DeadLetter, Target
+from tests.unit.spec.test_locations import pipeline as make_pipeline
+
+
+def on(path, dead_letter="/local/dl"):
+    return replace(make_pipeline("orders", path, "/cp"), dead_letter=DeadLetter(path=dead_letter))
+
+
+@pytest.mark.parametrize("path", ["s3a://bucket/tables/orders", "s3://bucket/orders", "S3N://b/o"])
+def test_s3_without_a_log_store_is_warned(path):
+    warning = single_driver_warning(on(path), {}.get)
+    assert warning and f"target {path}" in warning and "one writing driver only" in warning
+    assert "S3DynamoDBLogStore" in warning
+
+
+def test_the_dead_letters_on_s3_are_warned_too():
+    warning = single_driver_warning(on("/local/t", "s3a://b/dl"), {}.get)
+    assert "dead letters s3a://b/dl" in warning and "target" not in warning.split(":")[1]
+
+
+def test_a_multi_cluster_log_store_or_databricks_or_local_paths_are_not_warned():
+    dynamo = {"spark.delta.logStore.s3a.impl": "io.delta.storage.S3DynamoDBLogStore"}
+    assert single_driver_warning(on("s3a://b/t", "s3a://b/dl"), dynamo.get) is None
+    assert single_driver_warning(on("s3a://b/t"), {}.get, on_databricks=True) is None
+    assert single_driver_warning(on("/data/t"), {}.get) is None
+    assert single_driver_warning(on("abfss://c@a.dfs.core.windows.net/t"), {}.get) is None
+    assert single_driver_warning(replace(on("/t"), target=Target(table="main.sales.orders")), {}.get) is None
+
+
+def test_the_single_driver_store_named_explicitly_is_still_warned():
+    single = {"spark.delta.logStore.s3a.impl": "io.delta.storage.S3SingleDriverLogStore"}
+    assert single_driver_warning(on("s3a://b/t"), single.get) is not None
+    assert single_driver_warning(on("s3://b/t"), {"spark.delta.logStore.s3a.impl": "x.Dynamo"}.get) is not None
