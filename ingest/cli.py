@@ -232,6 +232,9 @@ def add_run(commands, environment: argparse.ArgumentParser) -> None:
     command.add_argument("--no-preflight", action="store_true",
                          help="skip the broker check and retention guard done with the Python Kafka "
                          "client (for a login only Spark's Java client speaks, e.g. AWS MSK IAM)")
+    command.add_argument("--fail-fast", action="store_true",
+                         help="stop every pipeline when one fails (by default the others go on; "
+                         "the exit code is 1 either way)")
     command.set_defaults(run=run_command)
 
 
@@ -259,7 +262,8 @@ def run_command(args) -> int:
               "allow_data_loss), and a broker that does not answer shows only as a slow, failed query",
               file=sys.stderr)
     try:
-        return _supervise(pipelines, args.once, secrets, preflight=not args.no_preflight)
+        return _supervise(pipelines, args.once, secrets, preflight=not args.no_preflight,
+                          fail_fast=args.fail_fast)
     except SpecErrors as error:  # what validate refuses, found again at start
         print(mask(error.render(), secrets), file=sys.stderr)
         return BAD_INPUT
@@ -268,7 +272,7 @@ def run_command(args) -> int:
         return CHECK_FAILED
 
 
-def _supervise(pipelines, once: bool, secrets, preflight: bool = True) -> int:
+def _supervise(pipelines, once: bool, secrets, preflight: bool = True, fail_fast: bool = False) -> int:
     import signal
     import threading
 
@@ -276,7 +280,7 @@ def _supervise(pipelines, once: bool, secrets, preflight: bool = True) -> int:
 
     progress = _ProgressPrinter(secrets)
     supervisor = Supervisor(pipelines, once, on_report=progress.batch, on_note=progress.note,
-                            preflight=preflight)
+                            preflight=preflight, fail_fast=fail_fast)
     supervisor.claim()  # before Spark starts: a second copy or a dead broker fails in a second
     stopped_by = []
 

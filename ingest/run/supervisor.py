@@ -14,9 +14,11 @@ from typing import Callable
 
 from ingest.batch.processor import BatchReport
 from ingest.errors import SpecErrors
+from ingest.platform.session import on_databricks
 from ingest.run import recovery
 from ingest.run.checkpoint import read_state
 from ingest.run.fencing import Lease
+from ingest.run.log_store import single_driver_warning
 from ingest.run.progress import CatchUp
 from ingest.run.query import start_query
 from ingest.spec.locations import shared_locations
@@ -48,11 +50,12 @@ class _Running:
 class Supervisor:
     def __init__(self, pipelines: list[Pipeline], once: bool,
                  on_report: Callable[[BatchReport, CatchUp], None],
-                 on_note: Callable[[str], None], preflight: bool = True):
+                 on_note: Callable[[str], None], preflight: bool = True, fail_fast: bool = False):
         """`preflight=False`: no broker check and no retention guard from the Python
         client (for a mechanism only Spark's Java client speaks); Spark's own client
-        still fails the query on lost offsets unless allow_data_loss."""
-        self.pipelines, self.once, self.preflight = pipelines, once, preflight
+        still fails the query on lost offsets unless allow_data_loss. `fail_fast`: the
+        first failed pipeline stops them all (by default the others go on)."""
+        self.pipelines, self.once, self.preflight, self.fail_fast = pipelines, once, preflight, fail_fast
         self.on_report, self.on_note = on_report, on_note
         self.spark = None
         self.running: list[_Running] = []
@@ -96,6 +99,9 @@ class Supervisor:
         plan = recovery.plan_start(self.spark, pipeline, watermarks)
         for note in plan.notes + recovery.check_gaps(pipeline, plan):
             self.on_note(note)
+        warning = single_driver_warning(pipeline, lambda key: self.spark.conf.get(key, None), on_databricks())
+        if warning:
+            self.on_note(warning)
         lows = {t: {p: low for p, (low, _) in parts.items()} for t, parts in watermarks.items()}
         run.catch_up = CatchUp(pipeline.name, start=plan.resume_from or lows,
                                goal={t: {p: high for p, (_, high) in parts.items()}
@@ -113,7 +119,9 @@ class Supervisor:
         self._stop.set()
 
     def wait(self, poll_s: float = 0.5) -> list[Outcome]:
-        """Until every query ended; the first failure stops the others."""
+        """Until every query ended. A failed pipeline is reported at once and left
+        stopped while the others go on (they share nothing but the JVM); with
+        `fail_fast` the first failure stops them all."""
         outcomes: dict[str, Outcome] = {}
         try:
             while len(outcomes) < len(self.running):
@@ -122,8 +130,11 @@ class Supervisor:
                         continue
                     _await(run.query, poll_s / max(1, len(self.running)))
                     if not run.query.isActive:
-                        outcomes[run.pipeline.name] = self._outcome(run)
-                if self._stop.is_set() or any(o.error for o in outcomes.values()):
+                        outcome = outcomes[run.pipeline.name] = self._outcome(run)
+                        if outcome.error and not self.fail_fast and len(outcomes) < len(self.running):
+                            self.on_note(f"{outcome.error}\n{run.pipeline.name} is stopped; the other "
+                                         "pipelines go on (--fail-fast stops them all)")
+                if self._stop.is_set() or (self.fail_fast and any(o.error for o in outcomes.values())):
                     self._stop_all()
         finally:
             self._stop_all()
