@@ -140,6 +140,9 @@ def _merge(pipeline: Pipeline) -> str:
              "USING (the batch, one row per _uid) AS s",
              f"ON {merge_condition(pipeline, None)}"]
     if target.mode == "upsert":
-        lines.append(f"WHEN MATCHED AND ({upsert_condition(pipeline)}) THEN UPDATE SET *")
+        lines[1] = ("USING (the batch, one row per _uid, without the rows the update below would "
+                    "skip or that change no value) AS s")
+        lines.append(f"WHEN MATCHED AND ({upsert_condition(pipeline)}) AND NOT (every payload value the same) "
+                     "THEN UPDATE SET *")
     lines.append("WHEN NOT MATCHED THEN INSERT *")
     return "\n".join(lines)

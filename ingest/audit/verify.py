@@ -26,7 +26,7 @@ from pyspark.sql import functions as F
 from ingest.batch import ledger, transform
 from ingest.batch.decode import RAW, REASON, STAGE, decode
 from ingest.batch.merge import table_exists
-from ingest.batch.processor import payload_schema
+from ingest.batch.processor import payload_schema, upsert_order
 from ingest.batch.uid import UID, with_uid
 from ingest.kafka import admin as kafka_admin
 from ingest.kafka.source import kafka_options
@@ -223,7 +223,8 @@ def _records(spark, pipeline: Pipeline, raw: DataFrame, dead: DataFrame, target:
 
 def _staged(pipeline: Pipeline, decoded: DataFrame, failed) -> DataFrame:
     """The pipeline's own stages: transform (and where), then the uid."""
-    staged = with_uid(transform.apply(decoded, pipeline.transform, failed), pipeline.uid)
+    staged = with_uid(transform.apply(decoded, pipeline.transform, failed), pipeline.uid,
+                      upsert_order(pipeline))
     payload = [F.col(f"`{c}`") for c in staged.columns if c not in (RAW, STAGE, REASON, UID)]
     return staged.select(*[F.col(f"{RAW}.{c}").alias(c) for c in COORDINATES],
                          F.col(UID).alias("uid"), F.col(STAGE).alias("stage"), F.col(REASON).alias("reason"),

@@ -81,14 +81,39 @@ def create_table(session, target: Target, rows: DataFrame) -> None:
     builder.execute()
 
 
+def compared_columns(rows: DataFrame, existing: DataFrame) -> tuple[str, ...]:
+    """The payload columns an update could change; () when the batch brings a column the
+    table lacks (schema evolution: every matched row then changes)."""
+    own = {UID, *COORDINATE_COLUMNS}
+    have = {c.lower() for c in existing.columns}
+    payload = [c for c in rows.columns if c not in own]
+    if any(c.lower() not in have for c in payload):
+        return ()
+    return tuple(payload)
+
+
+def changing_rows(rows: DataFrame, existing: DataFrame, on: str, update: str) -> DataFrame:
+    """The batch's rows an upsert would insert or really update. Delta's MERGE with
+    an insert clause rewrites every file holding a matched uid, whatever the update
+    condition says, so rows that would change nothing (an older version, the same
+    values again) are dropped before it. Read with the MERGE's own bounded condition."""
+    unchanged = (rows.alias("s").join(existing.alias("t"), F.expr(on), "inner")
+                 .where(~F.coalesce(F.expr(update), F.lit(False)))
+                 .select(F.col(f"s.{UID}").alias(UID)))
+    return rows.join(unchanged, UID, "left_anti")
+
+
 def merge_batch(session, rows: DataFrame, pipeline: Pipeline, bounds: dict[str, str]) -> MergeResult:
     """One MERGE, one commit. The caller sets the txn id on `session` around it."""
     target = pipeline.target
-    builder = (_table(session, target).alias("t")
-               .merge(rows.alias("s"), merge_condition(pipeline, bounds))
-               .withSchemaEvolution())
+    table = _table(session, target)
+    condition = merge_condition(pipeline, bounds)
     if target.mode == "upsert":
-        builder = builder.whenMatchedUpdateAll(condition=upsert_condition(pipeline))
+        payload = compared_columns(rows, table.toDF())
+        rows = changing_rows(rows, table.toDF(), condition, upsert_condition(pipeline, payload))
+    builder = table.alias("t").merge(rows.alias("s"), condition).withSchemaEvolution()
+    if target.mode == "upsert":
+        builder = builder.whenMatchedUpdateAll(condition=upsert_condition(pipeline, payload))
     metrics = builder.whenNotMatchedInsertAll().execute().collect()
     row = metrics[0].asDict() if metrics else {}
     return MergeResult(

@@ -7,7 +7,7 @@ files only on literal predicates over target columns, never on `t._uid = s._uid`
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from ingest.spec.model import Pipeline
 
@@ -49,11 +49,18 @@ def merge_condition(pipeline: Pipeline, bounds: Mapping[str, str] | None = None)
     return " AND ".join(parts)
 
 
-def upsert_condition(pipeline: Pipeline) -> str:
-    """When a matched source row replaces the target row: a later `order_by` wins,
-    ties go to the later Kafka position, and the same record again changes nothing."""
+def upsert_condition(pipeline: Pipeline, payload: Sequence[str] = ()) -> str:
+    """When a matched source row replaces the target row: a later `order_by` wins;
+    ties go to the later Kafka timestamp, then the later position (across partitions
+    the position alone says nothing about which record is newer); the same record
+    again changes nothing. With `payload` (the columns both sides have), a row whose
+    values are all the same is left as it is."""
     col = f"`{pipeline.target.order_by}`"
-    later_position = ("struct(s._topic, s._partition, s._offset) > "
-                      "struct(t._topic, t._partition, t._offset)")
-    return (f"(s.{col} > t.{col}) OR (t.{col} IS NULL AND s.{col} IS NOT NULL) "
-            f"OR ((s.{col} <=> t.{col}) AND {later_position})")
+    later_record = ("struct(s._kafka_timestamp, s._topic, s._partition, s._offset) > "
+                    "struct(t._kafka_timestamp, t._topic, t._partition, t._offset)")
+    later = (f"((s.{col} > t.{col}) OR (t.{col} IS NULL AND s.{col} IS NOT NULL) "
+             f"OR ((s.{col} <=> t.{col}) AND {later_record}))")
+    if not payload:
+        return later
+    same = " AND ".join(f"(s.`{c}` <=> t.`{c}`)" for c in payload)
+    return f"{later} AND NOT ({same})"

@@ -142,7 +142,7 @@ class BatchProcessor:
 
     def _route(self, decoded: DataFrame, failed) -> DataFrame:
         transformed = transform.apply(decoded, self.pipeline.transform, failed)
-        return with_uid(transformed, self.pipeline.uid).persist()
+        return with_uid(transformed, self.pipeline.uid, upsert_order(self.pipeline)).persist()
 
     def _write_dead_letters(self, staged, summary: BatchSummary, batch_id: int, txn) -> None:
         faults.point("before_dead_letter", batch_id)
@@ -226,6 +226,11 @@ def utc_literal(micros: int) -> str:
     session time zone: UTC with an explicit `Z`."""
     instant = _EPOCH + timedelta(microseconds=micros)
     return instant.strftime("%Y-%m-%d %H:%M:%S.%f") + "Z"
+
+
+def upsert_order(pipeline: Pipeline) -> str | None:
+    """The column whose null makes an upsert record a dead letter (None for insert_only)."""
+    return pipeline.target.order_by if pipeline.target.mode == "upsert" else None
 
 
 def payload_schema(spark, pipeline: Pipeline) -> StructType | None:

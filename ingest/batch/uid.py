@@ -64,24 +64,34 @@ def _missing_reason(uid: Uid) -> str:
     return f"one of the fields {', '.join(uid.fields)} is null"
 
 
-def with_uid(staged: DataFrame, uid: Uid) -> DataFrame:
-    """Adds `_uid`; records without one become `uid` failures."""
+def with_uid(staged: DataFrame, uid: Uid, order_by: str | None = None) -> DataFrame:
+    """Adds `_uid`; records without one become `uid` failures. With `order_by` (upsert),
+    so does a record whose `order_by` is null: no rule could say whether it is newer
+    than the row it would replace."""
     value = F.when(F.col(STAGE).isNull(), uid_column(uid, staged.schema))
     missing = F.col(STAGE).isNull() & value.isNull()
+    reason = F.lit(_missing_reason(uid))
+    if order_by is not None:
+        unordered = F.col(STAGE).isNull() & value.isNotNull() & F.col(f"`{order_by}`").isNull()
+        reason = F.when(missing, reason).otherwise(
+            F.lit(f"order_by column '{order_by}' is null; upsert needs it to tell the latest version"))
+        missing = missing | unordered
     return staged.select(
         value.alias(UID),
         F.when(missing, F.lit("uid")).otherwise(F.col(STAGE)).alias(STAGE),
-        F.when(missing, F.lit(_missing_reason(uid))).otherwise(F.col(REASON)).alias(REASON),
+        F.when(missing, reason).otherwise(F.col(REASON)).alias(REASON),
         *[c for c in staged.columns if c not in (STAGE, REASON)],
     )
 
 
 def one_per_uid(records: DataFrame, mode: str, order_by: str | None) -> DataFrame:
     """Deterministic: insert_only keeps the first Kafka position, upsert the latest
-    `order_by` (ties: the latest position)."""
+    `order_by` (ties: the later Kafka timestamp, then the later position), the same
+    rule as `merge_condition.upsert_condition`."""
     position = [F.col(f"{RAW}.topic"), F.col(f"{RAW}.partition"), F.col(f"{RAW}.offset")]
     if mode == "upsert":
-        ordering = [F.col(f"`{order_by}`").desc_nulls_last(), *[c.desc() for c in position]]
+        ordering = [F.col(f"`{order_by}`").desc_nulls_last(), F.col(f"{RAW}.timestamp").desc(),
+                    *[c.desc() for c in position]]
     else:
         ordering = [c.asc() for c in position]
     rank = F.row_number().over(Window.partitionBy(UID).orderBy(*ordering))

@@ -519,6 +519,11 @@ def _target(c: Check, top: dict) -> Target | None:
         c.add("exclusive_keys", "target.cluster_by", "partition_by and cluster_by are both given; expected "
               "one of them (cluster_by is liquid clustering, which replaces partitions)")
     horizon = _horizon(c, target.get("dedup_horizon"))
+    if horizon is not None and mode == "upsert":
+        c.add("exclusive_keys", "target.dedup_horizon", "dedup_horizon is given with mode upsert: an "
+              "update may move the horizon column by more than `within`, and the next version of that "
+              "row would not be found and be inserted as a second row; expected dedup_horizon only "
+              "with mode insert_only")
     if c.failed(mark):
         return None
     return Target(path, table, mode, order_by, tuple(partition_by or ()), tuple(cluster_by or ()),

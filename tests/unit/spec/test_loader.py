@@ -183,3 +183,14 @@ def test_the_three_examples_exist():
 def test_round_trip_keeps_a_literal_dollar_brace():
     pipeline = load(MINIMAL.replace("topics: [orders]", 'pattern: "a$${b}"'))
     assert load(to_yaml(to_document(pipeline))) == replace(pipeline, source_file="p.yaml")
+
+
+def test_upsert_with_a_dedup_horizon_is_refused():
+    text = MINIMAL.replace("  path: ${DATA_ROOT}/tables/orders",
+                           "  path: ${DATA_ROOT}/tables/orders\n  mode: upsert\n  order_by: ts\n"
+                           "  dedup_horizon: {column: ts, within: 1 hour}")
+    with pytest.raises(SpecErrors) as raised:
+        load_text(text, "p.yaml", environ=ENVIRON, settings=SETTINGS)
+    [problem] = raised.value.problems
+    assert (problem.code, problem.path) == ("exclusive_keys", "target.dedup_horizon")
+    assert "second row" in problem.message
