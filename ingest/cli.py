@@ -17,6 +17,7 @@ from ingest.errors import Problem, SpecErrors
 from ingest.plan import plan_document, render_plan
 from ingest.spec.loader import Loaded, check_unique, read_pipeline
 from ingest.spec.settings import DEFAULT_ENV, load_settings, mask
+from ingest.spec.template import is_per_topic
 
 OK, CHECK_FAILED, BAD_INPUT = 0, 1, 2
 DEFAULT_PIPELINES = ("pipelines/*.yaml", "pipelines/*.yml")
@@ -576,8 +577,14 @@ def status_command(args) -> int:
     from ingest.audit.status import status
     from ingest.platform.session import get_session
 
-    report = status(get_session("ingest-status"), pipeline)
-    text = _json(report.to_dict()) if args.json else render_status(report)
+    if is_per_topic(pipeline):
+        from ingest.audit.per_table import status_per_table
+
+        report = status_per_table(get_session("ingest-status"), pipeline)
+        text = _json(report.to_dict()) if args.json else render_per_table(report, render_status)
+    else:
+        report = status(get_session("ingest-status"), pipeline)
+        text = _json(report.to_dict()) if args.json else render_status(report)
     print(mask(text, pipeline.secret_values))
     return OK if report.ok else CHECK_FAILED
 
@@ -629,11 +636,17 @@ def verify_command(args) -> int:
     from ingest.platform.session import get_session
 
     try:
-        report = verify(get_session("ingest-verify"), pipeline)
+        if is_per_topic(pipeline):
+            from ingest.audit.per_table import verify_per_table
+
+            report = verify_per_table(get_session("ingest-verify"), pipeline)
+        else:
+            report = verify(get_session("ingest-verify"), pipeline)
     except IngestError as error:  # broker down or refusing us
         print(f"error: {mask(str(error), pipeline.secret_values)}", file=sys.stderr)
         return CHECK_FAILED
-    text = _json(report.to_dict()) if args.json else render_verify(report)
+    render = (lambda r: render_per_table(r, render_verify)) if is_per_topic(pipeline) else render_verify
+    text = _json(report.to_dict()) if args.json else render(report)
     print(mask(text, pipeline.secret_values))
     return OK if report.ok else CHECK_FAILED
 
@@ -669,6 +682,18 @@ def render_verify(report) -> str:
         if shown:
             lines += [f"{title} (first {len(shown)} of {count}):"] + [f"  {line}" for line in shown]
     lines += [f"note: {note}" for note in r.notes]
+    return "\n".join(lines)
+
+
+def render_per_table(report, render_one) -> str:
+    """A table per topic: one section per table, under the pipeline's verdict."""
+    lines = [f"{report.pipeline}: {len(report.tables)} table(s), one per topic: "
+             f"{'OK' if report.ok else 'ATTENTION'}"]
+    if report.kafka_error:
+        lines.append(f"error: {report.kafka_error}")
+    for one in report.tables:
+        lines.append(f"\n[{one.table}] topics {', '.join(one.topics)}")
+        lines.append(render_one(one.report))
     return "\n".join(lines)
 
 

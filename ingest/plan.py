@@ -13,6 +13,7 @@ import textwrap
 from ingest.batch import ledger
 from ingest.batch.merge_condition import merge_condition, upsert_condition
 from ingest.kafka.source import kafka_options
+from ingest.spec import template
 from ingest.spec.loader import Loaded, to_document, to_yaml
 from ingest.spec.model import Pipeline
 from ingest.spec.settings import Settings, mask, mask_mapping
@@ -125,6 +126,13 @@ def _dead_letter(pipeline: Pipeline) -> str:
 
 
 def _transactions(pipeline: Pipeline) -> str:
+    if template.is_per_topic(pipeline):  # batch.routing: each table commits on its own
+        return "\n".join([
+            f"txnAppId    {ledger.app_id(pipeline.name, CHECKPOINT_QUERY_ID, pipeline.target.location)}",
+            "            one per table (${topic} filled in), stable for the life of the checkpoint",
+            "txnVersion  the batch id: a replayed batch is a no-op in each table that has it",
+            "commit      each table's commit carries its own topics' end offsets per partition",
+        ])
     return "\n".join([
         f"txnAppId    {ledger.app_id(pipeline.name, CHECKPOINT_QUERY_ID)}",
         "            (stable for the life of the checkpoint; a new checkpoint gets a new one)",

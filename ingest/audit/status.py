@@ -9,7 +9,7 @@ witnesses means. Read-only; works before the first run, and with the broker down
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from ingest.batch import ledger
 from ingest.batch.merge import table_exists
@@ -80,9 +80,14 @@ class _Ledger:
     latest: tuple | None  # (history row, ledger entry)
 
 
-def status(spark, pipeline: Pipeline) -> StatusReport:
+def status(spark, pipeline: Pipeline, only_topics: tuple[str, ...] | None = None) -> StatusReport:
+    """`only_topics`: one table of a pipeline with a table per topic (`per_table`),
+    whose checkpoint also holds the other tables' topics."""
     marks, kafka_error = _watermarks(pipeline)
     state = read_state(spark, pipeline.checkpoint)
+    if only_topics is not None:
+        state = replace(state, committed_offsets={t: parts for t, parts in (state.committed_offsets or {}).items()
+                                                  if t in only_topics})
     exists = table_exists(spark, pipeline.target)
     book = _read_ledger(spark, pipeline) if exists else _Ledger({}, None)
     partitions = _partitions(pipeline, marks, state, book.offsets)

@@ -98,12 +98,13 @@ class VerifyReport:
         return {**asdict(self), "ok": self.ok}
 
 
-def verify(spark, pipeline: Pipeline) -> VerifyReport:
-    """Audit `pipeline`'s target and dead letters against its topic."""
+def verify(spark, pipeline: Pipeline, only_topics: tuple[str, ...] | None = None) -> VerifyReport:
+    """Audit `pipeline`'s target and dead letters against its topic. `only_topics`: one
+    table of a pipeline with a table per topic, whose dead-letter table may be shared."""
     # Spark's Kafka client retries refused credentials for minutes: ask first, fail fast.
     kafka_admin.check_reachable(pipeline.source.kafka)
     target = _read_delta(spark, pipeline.target)
-    dead = _dead_letters(spark, pipeline)
+    dead = _dead_letters(spark, pipeline, only_topics)
     scope, notes = _scope(spark, pipeline, target is not None)
     raw = read_topic(spark, pipeline).persist()
     try:
@@ -137,10 +138,12 @@ def _read_delta(spark, where) -> DataFrame | None:
     return spark.read.table(where.table) if where.table else spark.read.format("delta").load(where.path)
 
 
-def _dead_letters(spark, pipeline: Pipeline) -> DataFrame:
+def _dead_letters(spark, pipeline: Pipeline, only_topics=None) -> DataFrame:
     rows = _read_delta(spark, pipeline.dead_letter)
     if rows is None:
         return spark.createDataFrame([], "topic STRING, partition INT, offset LONG")
+    if only_topics is not None:
+        rows = rows.where(F.col("_topic").isin(*only_topics))
     return rows.where(F.col("pipeline") == pipeline.name).select(
         F.col("_topic").alias("topic"), F.col("_partition").alias("partition"),
         F.col("_offset").alias("offset"))

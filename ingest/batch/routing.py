@@ -62,17 +62,11 @@ class TopicRouter:
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         raw = batch_df.persist()  # read Kafka once, however many tables
         try:
-            groups = self._groups([row.topic for row in raw.select("topic").distinct().collect()])
+            groups = template.tables_of(self.pipeline,
+                                        [row.topic for row in raw.select("topic").distinct().collect()])
             self._commit_all(raw, batch_id, groups)
         finally:
             raw.unpersist()
-
-    def _groups(self, topics: list[str]) -> dict[str, list[str]]:
-        """Table -> the topics it takes (two topics may render to one table)."""
-        groups: dict[str, list[str]] = {}
-        for topic in sorted(topics):
-            groups.setdefault(template.table_key(self.pipeline, topic), []).append(topic)
-        return groups
 
     def _commit_all(self, raw: DataFrame, batch_id: int, groups: dict[str, list[str]]) -> None:
         session = raw.sparkSession

@@ -73,7 +73,7 @@ def plan_start(spark, pipeline: Pipeline, watermarks: dict[str, dict[int, tuple[
 def _from_delta_log(spark, pipeline: Pipeline, watermarks) -> StartPlan:
     # Both tables carry the ledger: a batch whose records all went to the dead
     # letters (or were all duplicates) leaves no target commit.
-    entries = _ledger(spark, pipeline, pipeline.target) + _ledger(spark, pipeline, pipeline.dead_letter)
+    entries = _entries(spark, pipeline, watermarks)
     recorded = ledger.recorded_offsets(entries)
     if not recorded:
         return StartPlan(None, {})
@@ -86,6 +86,25 @@ def _from_delta_log(spark, pipeline: Pipeline, watermarks) -> StartPlan:
             f"{pipeline.dead_letter.location}, with a new app id: "
             + ", ".join(f"{t}/{p}:{o}" for t, parts in sorted(offsets.items()) for p, o in sorted(parts.items())))
     return StartPlan(offsets, recorded, [note])
+
+
+def _entries(spark, pipeline: Pipeline, watermarks) -> list:
+    if not template.is_per_topic(pipeline):
+        return _ledger(spark, pipeline, pipeline.target) + _ledger(spark, pipeline, pipeline.dead_letter)
+    return per_table_entries(spark, pipeline, watermarks)
+
+
+def per_table_entries(spark, pipeline: Pipeline, topics) -> list:
+    """With a table per topic: each table's own ledger, and from it only the offsets
+    of the topics that table takes (a dead-letter table the tables share holds the
+    entries of all of them)."""
+    entries = []
+    for group in template.tables_of(pipeline, topics).values():
+        one = template.for_topic(pipeline, group[0])
+        for version, entry in _ledger(spark, one, one.target) + _ledger(spark, one, one.dead_letter):
+            own = {t: parts for t, parts in entry.get("end_offsets", {}).items() if t in group}
+            entries.append((version, {**entry, "end_offsets": own}))
+    return entries
 
 
 def _ledger(spark, pipeline: Pipeline, table) -> list:

@@ -63,3 +63,11 @@ def table_key(pipeline: Pipeline, topic: str) -> str:
     return for_topic(pipeline, topic).target.location
 
 
+def tables_of(pipeline: Pipeline, topics) -> dict[str, list[str]]:
+    """Table -> the topics it takes, each list sorted."""
+    tables: dict[str, list[str]] = {}
+    for topic in sorted(topics):
+        tables.setdefault(table_key(pipeline, topic), []).append(topic)
+    return tables
+
+

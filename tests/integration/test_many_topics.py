@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 import uuid
 from dataclasses import replace
 
 from confluent_kafka import Producer
+from delta.tables import DeltaTable
 
+from ingest.audit.per_table import status_per_table, verify_per_table
 from ingest.batch import ledger
 from ingest.kafka.local_broker import create_topic
 from ingest.run.query import start_query
+from ingest.spec.loader import load_pipeline
 from ingest.spec.model import DeadLetter, KafkaSource, Target, Trigger
 from tests.integration.conftest import table
-from tests.integration.processes import wait_for
+from tests.integration.processes import ROOT, IngestProcess, wait_for, write_pipeline
 
 
 def send(kafka, topic, uids, bad: int = 0):
@@ -59,13 +66,13 @@ def test_a_pattern_writes_a_table_per_topic_and_a_new_topic_gets_its_own(spark, 
     reports = []
     query, router = start_query(spark, shop, on_report=reports.append)
     try:
-        wait_for(lambda: all(rows_or_none(spark, path) == 4 for path in tables.values()), 240,
+        wait_for(lambda: all(rows_or_none(spark, path) == 4 for path in tables.values()), 600,
                  "the three tables")
         late = f"{prefix}.exchanges"  # the pattern matches a topic created mid-run
         create_topic(kafka.client_config(), late)
         send(kafka, late, [f"{late}-{i}" for i in range(3)])
         tables[late] = str(tmp_path / "tables" / late.replace(".", "_"))
-        wait_for(lambda: rows_or_none(spark, tables[late]) == 3, 240, "the new topic's table")
+        wait_for(lambda: rows_or_none(spark, tables[late]) == 3, 600, "the new topic's table")
     finally:
         query.stop()
     assert query.exception() is None
@@ -87,3 +94,65 @@ def test_a_pattern_writes_a_table_per_topic_and_a_new_topic_gets_its_own(spark, 
         assert {t for _, entry in entries for t in entry["end_offsets"]} == {topic}
     assert len(app_ids) == len(tables)
     assert {r.pipeline.split(" -> ")[1] for r in reports} == set(tables.values())
+
+
+def test_a_crash_between_two_tables_a_lost_checkpoint_and_verify_per_table(spark, kafka, tmp_path):
+    prefix = f"crash{uuid.uuid4().hex[:6]}"
+    topics = [f"{prefix}.{name}" for name in ("a", "b", "c")]
+    for topic in topics:
+        create_topic(kafka.client_config(), topic)
+        send(kafka, topic, [f"{topic}-{i}" for i in range(5)], bad=1)
+    pipeline_file = write_pipeline(
+        tmp_path, topics[0], name="crashy",
+        source={"kafka": {"bootstrap_servers": "${KAFKA_BOOTSTRAP}", "pattern": rf"{prefix}\..*"}},
+        target={"path": str(tmp_path / "tables" / "${topic}")},
+        dead_letter={"path": str(tmp_path / "dead_letter" / "${topic}")})
+    tables = {t: str(tmp_path / "tables" / t.replace(".", "_")) for t in topics}
+    one_at_a_time = {"INGEST_TABLE_THREADS": "1"}  # tables in sorted order: a, then the crash
+
+    crashed = IngestProcess(pipeline_file, kafka.bootstrap, tmp_path / "crash.log",
+                            fault="between_tables:batch=0", extra_env=one_at_a_time)
+    assert crashed.wait(timeout=900) == -9, crashed.output()[-3000:]
+    assert [rows_or_none(spark, tables[t]) for t in topics] == [5, None, None]
+
+    run_to_end(pipeline_file, kafka, tmp_path / "replay.log", extra_env=one_at_a_time)
+    for topic in topics:
+        assert uids_in(spark, tables[topic]) == sorted(f"{topic}-{i}" for i in range(5))
+    first = [entry for _, entry in ledger.history_entries(spark, tables[topics[0]], False, "crashy")]
+    assert [entry["batch_id"] for entry in first] == [0]  # the replay was skipped by its txn id
+
+    shutil.rmtree(tmp_path / "checkpoints")
+    for topic in topics:  # new records and a retry of an old one
+        send(kafka, topic, [f"{topic}-{i}" for i in range(4, 8)])
+    output = run_to_end(pipeline_file, kafka, tmp_path / "recovered.log")
+    assert "resuming from the offsets recorded in the Delta logs" in output
+    for topic in topics:
+        assert uids_in(spark, tables[topic]) == sorted(f"{topic}-{i}" for i in range(8))
+        assert table(spark, str(tmp_path / "dead_letter" / topic.replace(".", "_"))).count() == 1
+
+    loaded = load_pipeline(pipeline_file, environ={"KAFKA_BOOTSTRAP": kafka.bootstrap})
+    audit = verify_per_table(spark, loaded)
+    assert [(t.table, t.topics, t.report.ok, t.report.target_rows, t.report.dead_letters)
+            for t in audit.tables] == [(tables[t], (t,), True, 8, 1) for t in topics]
+    state = status_per_table(spark, loaded)
+    assert [(t.topics, [p.delta_log for p in t.report.partitions]) for t in state.tables] == \
+        [((t,), [10]) for t in topics]
+
+    DeltaTable.forPath(spark, tables[topics[1]]).delete(f"_uid = '{topics[1]}-3'")
+    found = cli(pipeline_file, kafka, "verify")
+    assert found.returncode == 1, found.stdout + found.stderr
+    assert f"[{tables[topics[1]]}] topics {topics[1]}\nverify crashy: FAILED" in found.stdout
+    assert found.stdout.count("verify crashy: OK") == 2
+
+
+def run_to_end(pipeline_file, kafka, log, **kwargs) -> str:
+    process = IngestProcess(pipeline_file, kafka.bootstrap, log, **kwargs)
+    assert process.wait(timeout=900) == 0, process.output()[-3000:]
+    return process.output()
+
+
+def cli(pipeline_file, kafka, *args):
+    env = {**os.environ, "KAFKA_BOOTSTRAP": kafka.bootstrap}
+    env.pop("INGEST_FAULT", None)
+    return subprocess.run([sys.executable, "-m", "ingest", args[0], str(pipeline_file), *args[1:]],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)

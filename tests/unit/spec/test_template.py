@@ -98,3 +98,9 @@ def test_a_pattern_with_a_schema_per_topic_needs_topic_in_the_target():
 def test_a_schema_for_a_topic_the_pattern_does_not_match():
     [problem] = problems(PER_TOPIC.replace("shop.refunds:", "refunds:"))
     assert (problem.code, problem.path) == ("bad_value", "source.schemas.refunds")
+
+
+def test_topics_that_render_alike_share_one_table():
+    pipeline = load(PER_TOPIC)
+    assert template.tables_of(pipeline, ["shop.b", "shop_b", "shop.a"]) == {
+        "/data/tables/shop_a": ["shop.a"], "/data/tables/shop_b": ["shop.b", "shop_b"]}
