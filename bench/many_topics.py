@@ -108,7 +108,7 @@ def main() -> None:
     from ingest.platform.session import get_session
 
     work = Path(tempfile.mkdtemp(prefix="bench-topics-"))
-    broker = LocalKafka(work_dir=work / "kafka")
+    broker = LocalKafka(work_dir=work / "kafka", start_timeout_s=600)  # a loaded machine starts it slowly
     broker.start()
     spark = get_session("bench-topics", master="local[2]", conf={
         "spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"})
