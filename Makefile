@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup jars test test-unit demo bench clean
+.PHONY: setup jars test test-unit lint demo bench clean
 
 setup: $(STAMP) jars
 
@@ -23,6 +23,12 @@ test: setup
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit -q
+
+# ruff (style, imports, bugbear, pyupgrade) and mypy on ingest/; both configured in pyproject.toml
+lint: $(STAMP)
+	$(BIN)/pip install -q -c requirements.lock -e '.[lint]'
+	$(BIN)/python -m ruff check ingest tests bench
+	$(BIN)/python -m mypy
 
 demo: setup
 	$(BIN)/python -m ingest demo

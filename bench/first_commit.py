@@ -48,7 +48,8 @@ def pipeline_yaml(bootstrap: str, topic: str, root: Path) -> str:
 def ingest_command(bootstrap: str, topic: str, root: Path) -> tuple[list[str], Path]:
     spec = root / "pipeline.yaml"
     spec.write_text(pipeline_yaml(bootstrap, topic, root))
-    return [sys.executable, "-m", "ingest", "run", str(spec), "--once"], root / "target" / "_delta_log" / COMMIT.format(1)
+    first_commit = root / "target" / "_delta_log" / COMMIT.format(1)
+    return [sys.executable, "-m", "ingest", "run", str(spec), "--once"], first_commit
 
 
 def bare_command(root: Path, rows: int) -> tuple[list[str], Path]:

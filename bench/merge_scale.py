@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from datagen import produce_topic
 from legs import Topic, audit, bench_pipeline, fresh_dir, run_ingest

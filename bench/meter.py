@@ -47,7 +47,7 @@ class Meter:
         self.usage: Usage | None = None
         self._peak, self._done = 0.0, threading.Event()
 
-    def __enter__(self) -> "Meter":
+    def __enter__(self) -> Meter:
         self._reset_heap_peaks()
         self._cpu0 = self._cpu()
         self._sampler = threading.Thread(target=self._sample, daemon=True)

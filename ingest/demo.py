@@ -28,10 +28,10 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from ingest.errors import IngestError
 from ingest.kafka.produce import (
@@ -216,7 +216,7 @@ def order_record(order: dict, uid: str | None) -> Record:
     return Record(json.dumps(order).encode(), order["customer"].encode(), headers)
 
 
-MALFORMED = {
+MALFORMED: dict[str, list[Any]] = {
     "bad JSON": [b'{"order_id": "o-bad-1", "amount": 12.5', b"order o-bad-2, 12.50 EUR",
                  b'{"order_id": "o-bad-3", amount: 7}', b"\xff\xfe not text"],
     "wrong types": [{"order_id": "o-bad-4", "amount": "12,50 EUR"}, {"order_id": "o-bad-5", "amount": [1, 2]},

@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 from ingest.batch.decode import RAW, REASON, STAGE
 from ingest.batch.merge_condition import merge_condition, upsert_condition
 from ingest.batch.uid import UID
-from ingest.spec.model import Pipeline, Target
+from ingest.spec.model import DeadLetter, Pipeline, Target
 
 _NAME_PART = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|`[^`]+`")
 COORDINATE_COLUMNS = ("_topic", "_partition", "_offset", "_kafka_timestamp", "_ingested_at")
@@ -49,7 +49,7 @@ def _table(session, target: Target):
     return DeltaTable.forPath(session, target.path)
 
 
-def table_exists(session, target: Target) -> bool:
+def table_exists(session, target: Target | DeadLetter) -> bool:
     from delta.tables import DeltaTable
 
     if target.table:

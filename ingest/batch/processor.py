@@ -196,7 +196,9 @@ def summarize(staged: DataFrame, pipeline: Pipeline) -> BatchSummary:
 
 
 def _summary(rows, unique: int, with_horizon: bool) -> BatchSummary:
-    start, end, by_stage = {}, {}, {s: 0 for s in STAGES}
+    start: dict = {}
+    end: dict = {}
+    by_stage = {s: 0 for s in STAGES}
     for row in rows:
         start.setdefault(row.topic, {})[row.partition] = row.first
         end.setdefault(row.topic, {})[row.partition] = row.last + 1

@@ -8,7 +8,7 @@ search costs nothing while no record fails.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -20,7 +20,7 @@ Coordinate = tuple[str, int, int]
 
 
 def apply(decoded: DataFrame, transform: Transform | None,
-          failed: list[tuple[Coordinate, str]] = ()) -> DataFrame:
+          failed: Sequence[tuple[Coordinate, str]] = ()) -> DataFrame:
     """Transformed records; decode failures, `failed` and filtered ones are kept, marked in STAGE."""
     if transform is None:
         return decoded
@@ -38,7 +38,7 @@ def apply(decoded: DataFrame, transform: Transform | None,
 
 
 def _select_and_filter(ok: DataFrame, transform: Transform, payload: list[str]) -> DataFrame:
-    expressions = []
+    expressions: list = []
     for expression in transform.select:
         if expression.strip() == "*":
             expressions.extend(f"`{name}`" for name in payload)

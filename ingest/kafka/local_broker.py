@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import ctypes
 import logging
-import os
 import shutil
 import signal
 import socket
@@ -20,6 +19,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ingest.errors import IngestError
 from ingest.platform import jars
@@ -50,7 +50,7 @@ class LocalKafka:
     _owns_work_dir: bool = False
     _ports: tuple[int, int] | None = None
 
-    def __enter__(self) -> "LocalKafka":
+    def __enter__(self) -> LocalKafka:
         self.start()
         return self
 
@@ -66,7 +66,7 @@ class LocalKafka:
         assert self.work_dir is not None
         return self.work_dir
 
-    def start(self) -> "LocalKafka":
+    def start(self) -> LocalKafka:
         if self.work_dir is None:
             self.work_dir = Path(tempfile.mkdtemp(prefix="ingest-kafka-"))
             self._owns_work_dir = True
@@ -199,8 +199,8 @@ class LocalKafka:
             time.sleep(0.1)
         from confluent_kafka.admin import AdminClient
 
-        admin = AdminClient({**self.client_config(), "socket.timeout.ms": 2000,
-                             "logger": _QUIET})
+        config: dict[str, Any] = {**self.client_config(), "socket.timeout.ms": 2000, "logger": _QUIET}
+        admin = AdminClient(config)
         while True:
             self._check_alive()
             try:
@@ -270,6 +270,7 @@ def _tail(path: Path, lines: int = 20) -> str:
 def create_topic(bootstrap_config: dict[str, str], name: str, partitions: int = 1) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient(bootstrap_config)
+    config: dict[str, Any] = dict(bootstrap_config)
+    admin = AdminClient(config)
     futures = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
     futures[name].result(timeout=30)

@@ -29,7 +29,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from confluent_kafka import KafkaException, Producer
 
@@ -62,7 +62,7 @@ class TopicNotFound(ProduceError):
 class BadLines(IngestError):
     """Lines that are not JSON objects (or lack a field asked for); nothing was sent."""
 
-    def __init__(self, file: str, bad_lines: tuple["BadLine", ...]):
+    def __init__(self, file: str, bad_lines: tuple[BadLine, ...]):
         self.file, self.bad_lines = file, bad_lines
         super().__init__(f"{len(bad_lines)} bad line(s) in {file}")
 
@@ -280,7 +280,7 @@ class Sender:
         return len(found.partitions)
 
     def send(self, topic: str, record: Record) -> None:
-        extra = {} if record.partition is None else {"partition": record.partition}
+        extra: dict[str, Any] = {} if record.partition is None else {"partition": record.partition}
         while True:
             try:
                 self._producer.produce(topic, value=record.value, key=record.key,

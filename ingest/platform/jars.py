@@ -92,7 +92,7 @@ def cached(artifacts: list[Artifact]) -> list[Path] | None:
     return sorted(folder.glob("*.jar"))
 
 
-def resolve(artifacts: list[Artifact], skip_names: set[str] = frozenset()) -> list[Path]:
+def resolve(artifacts: list[Artifact], skip_names: frozenset[str] | set[str] = frozenset()) -> list[Path]:
     """Resolve artifacts and their runtime dependencies into the cache, once.
 
     `skip_names` are artifact names already on the classpath (pyspark's own

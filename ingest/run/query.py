@@ -24,6 +24,7 @@ def start_query(spark, pipeline: Pipeline, once: bool = False,
                 on_report: Callable[[BatchReport], None] | None = None,
                 starting_offsets=None):
     """Start the pipeline's streaming query; `once` processes what is there and stops."""
+    processor: TopicRouter | BatchProcessor
     if template.is_per_topic(pipeline):  # a table per topic, each the one-table path
         processor = TopicRouter(pipeline, bounded=merge_bounds_on())
     else:

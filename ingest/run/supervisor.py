@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from ingest.batch.processor import BatchReport
 from ingest.errors import SpecErrors
@@ -42,8 +42,8 @@ class _Running:
     lease: Lease
     watermarks: dict
     catch_up: CatchUp | None = None
-    query: object = None
-    processor: object = None
+    query: Any = None  # pyspark's StreamingQuery once started
+    processor: Any = None
     batches: int = 0
 
 

@@ -141,7 +141,8 @@ def _masked(problems: Iterable[Problem], secrets: frozenset[str]) -> list[Proble
 def check_unique(loaded: Iterable[Loaded]) -> list[Problem]:
     """Problems where pipelines validated together share a name, a checkpoint or a
     target (however spelled: `a/cp` and `a/cp/` are one checkpoint)."""
-    problems, seen = [], {}
+    problems: list[Problem] = []
+    seen: dict = {}
     for one in loaded:
         pipeline = one.pipeline
         target = ("target.table", pipeline.target.table, "table:" + table_key(pipeline.target.table)) \
@@ -697,7 +698,9 @@ def ddl_columns(ddl: str) -> dict[str, str] | None:
 
 def _top_level_split(ddl: str) -> list[str]:
     """Split on commas outside <...>, (...) and quotes."""
-    parts, depth, quote, current = [], 0, None, []
+    parts: list[str] = []
+    current: list[str] = []
+    depth, quote = 0, None
     for char in ddl:
         if quote:
             quote = None if char == quote else quote

@@ -92,7 +92,7 @@ def quiet_spark_errors() -> Iterator[None]:
     try:
         yield
     finally:
-        for logger, disabled in zip(loggers, saved):
+        for logger, disabled in zip(loggers, saved, strict=True):
             logger.disabled = disabled
 
 
@@ -132,7 +132,9 @@ def _transformed(decoded, transform: Transform | None, problems: list[Problem]):
         if expression.strip() == "*":
             kept += [f"`{name}`" for name in decoded.columns]
             continue
-        problem = _expression_problem(lambda: decoded.selectExpr(*kept, expression),
+        # called at once, inside this iteration: the defaults only pin what it reads
+        problem = _expression_problem(lambda kept=tuple(kept), expression=expression:
+                                      decoded.selectExpr(*kept, expression),
                                       f"transform.select[{position}]", expression, decoded.columns)
         if problem is None:
             kept.append(expression)
@@ -157,7 +159,7 @@ def _expression_problem(build, path: str, expression: str, columns: list[str]):
     expected = f"a Spark SQL {kind} over {', '.join(columns)}"
     try:
         frame = build()
-        frame.schema  # Spark Connect analyses lazily: ask for the schema
+        _ = frame.schema  # Spark Connect analyses lazily: ask for the schema
     except PySparkException as error:
         return Problem("bad_sql", path, f"{expression!r}: {spark_message(error)}; expected "
                        f"{expected}{_function_hint(error)}")

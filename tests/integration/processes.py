@@ -56,7 +56,7 @@ class IngestProcess:
             return self.process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.kill()
-            raise AssertionError(f"ingest run still running after {timeout}s; log:\n{self.output()[-3000:]}")
+            raise AssertionError(f"ingest run still running after {timeout}s; log:\n{self.output()[-3000:]}") from None
 
     def kill(self) -> None:
         """SIGKILL the whole group: the Python driver and its JVM, as a machine crash would."""

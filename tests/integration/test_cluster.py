@@ -217,7 +217,7 @@ def finish(process: subprocess.Popen, log: Path, timeout: float) -> None:
         code = process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         stop_group(process)
-        raise AssertionError(f"spark-submit still running after {timeout}s:\n{_tail(log)}")
+        raise AssertionError(f"spark-submit still running after {timeout}s:\n{_tail(log)}") from None
     assert code == 0, f"spark-submit exited {code}:\n{_tail(log)}"
 
 

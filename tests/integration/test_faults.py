@@ -86,7 +86,7 @@ def test_a_second_copy_fails_fast_and_a_crashed_one_does_not_block(spark, kafka,
         wait_for(lambda: (tmp_path / "tables" / "crashy" / "_delta_log").is_dir(), 180, "the first commit")
         second = IngestProcess(pipeline_file, kafka.bootstrap, tmp_path / "second.log")
         assert second.wait(timeout=60) == 1
-        assert f"already running (host" in second.output()
+        assert "already running (host" in second.output()
         assert f"pid {first.process.pid}" in second.output()
     finally:
         first.kill()  # a crash: its lease stays behind, naming a dead process

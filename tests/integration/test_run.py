@@ -3,9 +3,7 @@
 import json
 
 import pytest
-from chispa import assert_df_equality
 from delta.tables import DeltaTable
-from pyspark.sql import functions as F
 
 from tests.integration.conftest import run_once, table, with_target
 

@@ -35,7 +35,10 @@ def staged(spark, rows):
                         "*")
 
 
-def pipeline_for(path, uid=Uid(field="order_id")):
+ORDER_UID = Uid(field="order_id")
+
+
+def pipeline_for(path, uid=ORDER_UID):
     return Pipeline(name="zones", source=Source(KafkaSource("unused:9092", ("t",)), format="json"),
                     uid=uid, checkpoint=path + "_cp", dead_letter=DeadLetter(path=path + "_dl"),
                     target=Target(path=path, dedup_horizon=DedupHorizon("ts", "30 minutes", 1800)))
