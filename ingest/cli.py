@@ -12,6 +12,7 @@ import argparse
 import glob
 import sys
 from dataclasses import dataclass, field
+from typing import Any
 
 from ingest.errors import Problem, SpecErrors
 from ingest.plan import plan_document, render_plan
@@ -580,7 +581,7 @@ def status_command(args) -> int:
     if is_per_topic(pipeline):
         from ingest.audit.per_table import status_per_table
 
-        report = status_per_table(get_session("ingest-status"), pipeline)
+        report: Any = status_per_table(get_session("ingest-status"), pipeline)
         text = _json(report.to_dict()) if args.json else render_per_table(report, render_status)
     else:
         report = status(get_session("ingest-status"), pipeline)
@@ -639,7 +640,7 @@ def verify_command(args) -> int:
         if is_per_topic(pipeline):
             from ingest.audit.per_table import verify_per_table
 
-            report = verify_per_table(get_session("ingest-verify"), pipeline)
+            report: Any = verify_per_table(get_session("ingest-verify"), pipeline)
         else:
             report = verify(get_session("ingest-verify"), pipeline)
     except IngestError as error:  # broker down or refusing us

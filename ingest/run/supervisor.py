@@ -57,7 +57,7 @@ class Supervisor:
         first failed pipeline stops them all (by default the others go on)."""
         self.pipelines, self.once, self.preflight, self.fail_fast = pipelines, once, preflight, fail_fast
         self.on_report, self.on_note = on_report, on_note
-        self.spark = None
+        self.spark: Any = None  # the SparkSession, from start()
         self.running: list[_Running] = []
         self._stop = threading.Event()
 

@@ -40,7 +40,8 @@ def _target_key(pipeline: Pipeline) -> str:
 
 def shared_locations(pipelines: Iterable[Pipeline]) -> list[Problem]:
     """A problem for each pipeline whose target or checkpoint another one already uses."""
-    problems, seen = [], {}
+    problems: list[Problem] = []
+    seen: dict = {}
     for pipeline in pipelines:
         target_path = "target.table" if pipeline.target.table else "target.path"
         for path, key, shown in ((target_path, _target_key(pipeline), pipeline.target.location),
