@@ -1,12 +1,13 @@
 """Small helpers for analysts' notebooks, local Jupyter and Databricks alike.
 
-    from ingest.notebook import spark_session, demo_tables, commits
-    spark = spark_session()            # Databricks: the notebook's own `spark`
-    tables = demo_tables()             # where `ingest demo` wrote (DATA_ROOT)
-    commits(spark, tables.target).show()
+    from ingest.notebook import spark_session, pipeline_tables, commits, show, plot_batches
+    spark = spark_session()                                  # Databricks: the notebook's own `spark`
+    tables = pipeline_tables("pipelines/orders.yaml")        # any pipeline file (demo_tables(): the demo's)
+    show(commits(spark, tables.target))                      # display() on Databricks
+    plot_batches(spark, tables.target)                       # records per batch over time
 
-Everything returns Spark DataFrames (or plain values), so a notebook can keep
-going with Spark SQL. Reading only: nothing here writes.
+Everything returns Spark DataFrames, plain values or matplotlib figures, so a
+notebook can keep going with Spark SQL. Reading only: nothing here writes.
 """
 
 from __future__ import annotations
@@ -42,6 +43,17 @@ class DemoTables:
     dead_letter: str
     checkpoint: str
     pipeline: str = "orders"
+
+
+def pipeline_tables(path: str | os.PathLike, env: str = "local",
+                    conf_dir: str | os.PathLike | None = None) -> DemoTables:
+    """Where the pipeline in `path` keeps its tables (`${VAR}`s from the environment,
+    then `conf/<env>.yaml`; `conf_dir` when the notebook runs elsewhere)."""
+    from ingest.spec.loader import load_pipeline
+
+    pipeline = load_pipeline(Path(path), env, conf_dir=None if conf_dir is None else Path(conf_dir))
+    return DemoTables(os.environ.get(ROOT_VARIABLE, ""), pipeline.target.location,
+                      pipeline.dead_letter.location, pipeline.checkpoint, pipeline.name)
 
 
 def demo_tables(root: str | os.PathLike | None = None) -> DemoTables:
@@ -162,3 +174,104 @@ def _batch_row(commit, reached: dict) -> tuple:
     duplicates = counts["read"] - inserted - updated - dead - filtered
     return (commit.version, commit.timestamp, commit.batch_id, moved, counts["read"], inserted, updated,
             dead, filtered, duplicates)
+
+
+# --- showing and drawing --------------------------------------------------------------
+
+
+def show(value, rows: int = 20) -> None:
+    """A DataFrame or figure shown the notebook's way: Databricks' `display()` there,
+    else the first `rows` rows as text (no pandas needed) or the figure itself."""
+    display = _databricks_display()
+    if display is not None:
+        display(value)
+        return
+    if hasattr(value, "show") and hasattr(value, "schema"):  # a Spark DataFrame
+        value.show(rows, truncate=False)
+        return
+    from IPython.display import display as ipython_display
+
+    ipython_display(value)
+
+
+def _databricks_display():
+    """Databricks puts `display` in the notebook's namespace; None elsewhere."""
+    if "DATABRICKS_RUNTIME_VERSION" not in os.environ:
+        return None
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    shell = get_ipython()
+    return shell.user_ns.get("display") if shell is not None else None
+
+
+def plot_batches(spark, target: str, pipeline: str | None = None):
+    """Records per batch over time: read, inserted, updated, dead letters, duplicates removed."""
+    import matplotlib.pyplot as plt
+
+    rows = batches(spark, target, pipeline).orderBy("version").collect()
+    figure, axes = plt.subplots(figsize=(9, 4))
+    times = [row.timestamp for row in rows]
+    for column, style in (("read", "o-"), ("inserted", "s-"), ("updated", "^-"),
+                          ("dead_letters", "x-"), ("duplicates_removed", "d-")):
+        values = [getattr(row, column) for row in rows]
+        if any(value for value in values):
+            axes.plot(times, [value or 0 for value in values], style, label=column.replace("_", " "))
+    axes.set(title=f"batches of {target}", xlabel="commit time", ylabel="records")
+    axes.legend()
+    figure.autofmt_xdate()
+    return figure
+
+
+def plot_lag_over_time(spark, target: str):
+    """How long records waited in Kafka, per batch: from each record's Kafka timestamp
+    to the batch that ingested it (`_ingested_at`), mean and max, in seconds."""
+    import matplotlib.pyplot as plt
+    from pyspark.sql import functions as F
+
+    waited = F.col("_ingested_at").cast("double") - F.col("_kafka_timestamp").cast("double")
+    rows = (read_table(spark, target).groupBy("_ingested_at")
+            .agg(F.avg(waited).alias("mean"), F.max(waited).alias("max"))
+            .orderBy("_ingested_at").collect())
+    figure, axes = plt.subplots(figsize=(9, 3))
+    times = [row._ingested_at for row in rows]
+    axes.plot(times, [row["mean"] for row in rows], "o-", label="mean")
+    axes.plot(times, [row["max"] for row in rows], "^-", label="max")
+    axes.set(title=f"time in Kafka before ingestion, per batch ({target})", xlabel="batch time",
+             ylabel="seconds")
+    axes.legend()
+    figure.autofmt_xdate()
+    return figure
+
+
+def plot_lag(report):
+    """Lag per partition from a status report (`ingest.status(spark, path)`): what Kafka
+    holds beyond where the next batch starts."""
+    import matplotlib.pyplot as plt
+
+    partitions = [p for p in report.partitions if p.lag is not None]
+    figure, axes = plt.subplots(figsize=(9, 3))
+    names = [f"{p.topic}/{p.partition}" for p in partitions]
+    axes.bar(names, [p.lag for p in partitions])
+    axes.set(title=f"lag of {report.pipeline} (records not ingested yet)", xlabel="partition",
+             ylabel="records")
+    return figure
+
+
+def dead_letters_by_stage(spark, location: str):
+    """Dead letters counted by stage and reason, most frequent first."""
+    return (read_table(spark, location).groupBy("stage", "reason").count()
+            .orderBy("count", ascending=False))
+
+
+def plot_dead_letters(spark, location: str):
+    """Dead letters by stage (decode, transform, uid) as bars."""
+    import matplotlib.pyplot as plt
+
+    counts = {row.stage: row["count"] for row in read_table(spark, location).groupBy("stage").count().collect()}
+    figure, axes = plt.subplots(figsize=(6, 3))
+    stages = sorted(counts)
+    axes.bar(stages, [counts[stage] for stage in stages])
+    axes.set(title="dead letters by stage", xlabel="stage", ylabel="records")
+    return figure

@@ -68,7 +68,7 @@ def test_the_wheel_installs_validates_and_runs_the_demo(tmp_path):
     assert strict.returncode == 2 and "--strict" in strict.stderr
 
     ok(sh(pip, "install", "-q", "-c", LOCK, f"{wheel}[spark]", cwd=tmp_path, env=env))
-    demo = sh(ingest, "demo", "--data-root", user / "demo", cwd=user, env=env, timeout=900)
+    demo = sh(ingest, "demo", "--data-root", user / "demo", cwd=user, env=env, timeout=1800)
     out = ok(demo)
     assert "exactly once: every uid once, nothing missing" in out
     assert "FAULT INJECTION ARMED" in (user / "demo" / "logs" / "run-1.log").read_text()
