@@ -557,6 +557,54 @@ def _audit_figure(value) -> str:
     return "-" if value is None else str(value)
 
 
+# --- broker ---------------------------------------------------------------------
+
+
+def add_broker(commands, environment: argparse.ArgumentParser) -> None:
+    command = commands.add_parser(
+        "broker", parents=[environment], help="an embedded Kafka broker for local development",
+        description="Start a single-node Apache Kafka (KRaft, transactions on) on 127.0.0.1 and "
+        "print its bootstrap address. Ctrl-C or SIGTERM stops it (exit 0).")
+    command.add_argument("--port", type=_positive_int, default=None,
+                         help="client port (default: a free one)")
+    command.add_argument("--data-dir", default=None, metavar="DIR",
+                         help="where Kafka keeps its log; kept, so topics survive a restart "
+                         "(default: a temporary folder, removed on stop)")
+    command.set_defaults(run=broker_command)
+
+
+def broker_command(args) -> int:
+    import signal
+    from pathlib import Path
+
+    from ingest.kafka.local_broker import BrokerError, LocalKafka
+
+    # a loaded laptop can take minutes for a first JVM start
+    broker = LocalKafka(work_dir=Path(args.data_dir) if args.data_dir else None, port=args.port,
+                        start_timeout_s=300)
+    stopping = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, _frame: stopping.append(signum))
+    try:
+        broker.start()
+        print(f"Kafka is up at {broker.bootstrap}  (Ctrl-C stops it)", file=sys.stderr)
+        print(f"export KAFKA_BOOTSTRAP={broker.bootstrap}", flush=True)
+        while not stopping and not broker.wait(0.5):
+            pass
+        if not stopping:
+            print(f"error: the broker exited by itself; see {broker.log_file}", file=sys.stderr)
+            return CHECK_FAILED
+    except BrokerError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return BAD_INPUT if "already in use" in str(error) else CHECK_FAILED
+    except KeyboardInterrupt:
+        pass
+    finally:
+        broker.close()
+        signal.signal(signal.SIGTERM, previous)
+    print("Kafka stopped", file=sys.stderr)
+    return OK
+
+
 # --- status ---------------------------------------------------------------------
 
 
@@ -705,4 +753,5 @@ def _json(value) -> str:
 
 
 # Other subcommands (run, status, verify, produce, demo, jars) are added here.
-SUBCOMMANDS = (add_validate, add_plan, add_run, add_produce, add_demo, add_status, add_verify)
+SUBCOMMANDS = (add_validate, add_plan, add_run, add_produce, add_demo, add_status, add_verify,
+               add_broker)

@@ -19,6 +19,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from ingest.batch import dead_letter, faults, ledger, transform
+from ingest.batch.conflicts import retry_conflicts
 from ingest.batch.decode import RAW, STAGE, decode
 from ingest.batch.merge import (
     MergeResult,
@@ -148,7 +149,9 @@ class BatchProcessor:
         faults.point("before_dead_letter", batch_id)
         if summary.dead_letters:
             rows = dead_letter.dead_letters(staged, self.pipeline.name, batch_id)
-            dead_letter.write(rows, self.pipeline.dead_letter, txn)
+            retry_conflicts(lambda: dead_letter.write(rows, self.pipeline.dead_letter, txn),
+                            f"{self.pipeline.name} batch {batch_id}: dead letters to "
+                            f"{self.pipeline.dead_letter.location}")
         faults.point("after_dead_letter", batch_id)
 
     def _merge(self, session, rows: DataFrame, summary: BatchSummary, batch_id: int, txn) -> MergeResult:
@@ -156,8 +159,12 @@ class BatchProcessor:
             if not table_exists(session, self.pipeline.target):
                 create_table(session, self.pipeline.target, rows)
             self._target_ready = True
-        with ledger.txn_settings(session, txn), faults.during("during_merge", batch_id):
-            merged = merge_batch(session, rows, self.pipeline, summary.bounds if self.bounded else {})
+        def attempt() -> MergeResult:
+            with ledger.txn_settings(session, txn), faults.during("during_merge", batch_id):
+                return merge_batch(session, rows, self.pipeline, summary.bounds if self.bounded else {})
+
+        merged = retry_conflicts(attempt, f"{self.pipeline.name} batch {batch_id}: MERGE into "
+                                          f"{self.pipeline.target.location}")
         faults.point("after_target_commit", batch_id)
         return merged
 

@@ -45,6 +45,7 @@ class LocalKafka:
     sasl_users: tuple[SaslUser, ...] = ()
     extra_properties: dict[str, str] = field(default_factory=dict)
     start_timeout_s: float = 60.0
+    port: int | None = None  # the client port; a free one when None
     bootstrap: str = ""
     _process: subprocess.Popen | None = None
     _owns_work_dir: bool = False
@@ -73,7 +74,9 @@ class LocalKafka:
         self.work_dir = Path(self.work_dir)
         self.work_dir.mkdir(parents=True, exist_ok=True)
         if self._ports is None:
-            self._ports = (free_port(), free_port())
+            if self.port is not None and _port_open(self.port):
+                raise BrokerError(f"port {self.port} on 127.0.0.1 is already in use")
+            self._ports = (self.port or free_port(), free_port())
         self.bootstrap = f"127.0.0.1:{self._ports[0]}"
         classpath = ":".join(str(j) for j in jars.resolve_broker_jars())
         config = self._write_config()
@@ -93,6 +96,16 @@ class LocalKafka:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(timeout=10)
+
+    def wait(self, timeout_s: float) -> bool:
+        """True once the broker process has ended (on its own or stopped), else after `timeout_s`."""
+        if self._process is None:
+            return True
+        try:
+            self._process.wait(timeout=timeout_s)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
 
     def kill(self) -> None:
         """Hard stop (SIGKILL), as a crash would."""

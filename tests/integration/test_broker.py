@@ -1,0 +1,67 @@
+"""`ingest broker`: a real broker for local development, stopped by Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+from confluent_kafka import Consumer, Producer
+
+from ingest.kafka.local_broker import create_topic, free_port
+from tests.integration.processes import ROOT
+
+
+def start_broker(*args) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k != "KAFKA_BOOTSTRAP"}
+    return subprocess.Popen([sys.executable, "-m", "ingest", "broker", *args], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_broker_prints_its_address_serves_and_stops_on_ctrl_c(tmp_path):
+    port = free_port()
+    broker = start_broker("--port", str(port), "--data-dir", str(tmp_path / "kafka"))
+    try:
+        line = broker.stdout.readline().strip()
+        assert line == f"export KAFKA_BOOTSTRAP=127.0.0.1:{port}", broker.stderr.read() if not line else line
+        config = {"bootstrap.servers": f"127.0.0.1:{port}"}
+        create_topic(config, "hello")
+        producer = Producer({**config, "enable.idempotence": True})
+        producer.produce("hello", b"world")
+        assert producer.flush(30) == 0
+        consumer = Consumer({**config, "group.id": "g", "auto.offset.reset": "earliest"})
+        consumer.subscribe(["hello"])
+        message = None
+        for _ in range(30):
+            message = consumer.poll(1)
+            if message is not None and not message.error():
+                break
+        consumer.close()
+        assert message is not None and message.value() == b"world"
+
+        broker.send_signal(signal.SIGINT)
+        assert broker.wait(timeout=60) == 0
+        assert "Kafka stopped" in broker.stderr.read()
+        assert not port_open(port)
+        assert (tmp_path / "kafka" / "data" / "meta.properties").exists()  # kept for a restart
+    finally:
+        if broker.poll() is None:
+            broker.kill()
+
+
+def test_a_port_in_use_is_bad_input():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        broker = start_broker("--port", str(port))
+        assert broker.wait(timeout=60) == 2
+        assert f"port {port} on 127.0.0.1 is already in use" in broker.stderr.read()
