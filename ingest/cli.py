@@ -605,6 +605,45 @@ def broker_command(args) -> int:
     return OK
 
 
+# --- maintain -------------------------------------------------------------------
+
+
+def add_maintain(commands, environment: argparse.ArgumentParser) -> None:
+    command = commands.add_parser(
+        "maintain", parents=[environment], help="compact and vacuum a pipeline's tables",
+        description="OPTIMIZE and/or VACUUM the target and the dead letters, safe while the "
+        "pipeline runs. VACUUM keeps files for the longest of maintenance.vacuum_retain and the "
+        "table's delta.deletedFileRetentionDuration. With neither flag, both run.")
+    command.add_argument("file", metavar="FILE", help="pipeline file")
+    command.add_argument("--optimize", action="store_true", help="compact small files")
+    command.add_argument("--vacuum", action="store_true", help="delete files no version still needs")
+    command.add_argument("--zorder", action="store_true", help="with --optimize: Z-order the target by _uid")
+    command.add_argument("--json", action="store_true", help="results as JSON")
+    command.set_defaults(run=maintain_command)
+
+
+def maintain_command(args) -> int:
+    from dataclasses import asdict
+
+    from ingest.errors import IngestError
+    from ingest.platform.session import get_session
+    from ingest.run.maintenance import maintain
+
+    pipeline = read_pipeline(args.file, settings=load_settings(args.env, args.conf_dir)).pipeline
+    both = not (args.optimize or args.vacuum)
+    try:
+        done = maintain(get_session("ingest-maintain"), pipeline, optimize=args.optimize or both,
+                        vacuum=args.vacuum or both, zorder=args.zorder)
+    except IngestError as error:  # a conflict that kept coming back
+        print(f"error: {mask(str(error), pipeline.secret_values)}", file=sys.stderr)
+        return CHECK_FAILED
+    if not done:
+        print(f"note: {pipeline.name}: no table to maintain yet", file=sys.stderr)
+    text = _json([asdict(one) for one in done]) if args.json else "\n".join(one.line() for one in done)
+    print(mask(text, pipeline.secret_values))
+    return OK
+
+
 # --- status ---------------------------------------------------------------------
 
 
@@ -754,4 +793,4 @@ def _json(value) -> str:
 
 # Other subcommands (run, status, verify, produce, demo, jars) are added here.
 SUBCOMMANDS = (add_validate, add_plan, add_run, add_produce, add_demo, add_status, add_verify,
-               add_broker)
+               add_broker, add_maintain)

@@ -190,3 +190,34 @@ def first_record_between(kafka: KafkaSource, topic: str, partition: int, start: 
 def _unreachable(kafka: KafkaSource, errors: list, error: Exception) -> str:
     reasons = "; ".join(sorted({e.str() for e in errors if hasattr(e, "str")})) or str(error)
     return f"Kafka at {kafka.bootstrap_servers} did not answer: {reasons}"
+
+
+def record_timestamps(kafka: KafkaSource, positions: dict[str, dict[int, int]],
+                      timeout: float = 5) -> dict[str, dict[int, int]]:
+    """The timestamp (ms) of the record at each given offset, as a read_committed
+    reader sees it: what "lag in seconds" is measured from. A partition with no
+    record there yet is left out."""
+    wanted = [TopicPartition(t, p, o) for t, parts in positions.items() for p, o in parts.items()]
+    if not wanted:
+        return {}
+    errors: list = []
+    consumer = _consumer(kafka, errors, **{"enable.partition.eof": True})
+    found: dict[str, dict[int, int]] = {}
+    try:
+        consumer.assign(wanted)
+        remaining = {(tp.topic, tp.partition) for tp in wanted}
+        deadline = time.monotonic() + timeout
+        while remaining and time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            if message is None:
+                continue
+            key = (message.topic(), message.partition())
+            if key in remaining and message.error() is None:
+                found.setdefault(key[0], {})[key[1]] = message.timestamp()[1]
+            if key in remaining and (message.error() is None
+                                     or message.error().code() == KafkaError._PARTITION_EOF):
+                remaining.discard(key)
+                consumer.pause([TopicPartition(*key)])
+        return found
+    finally:
+        consumer.close()

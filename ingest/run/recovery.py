@@ -139,10 +139,10 @@ def check_gaps(pipeline: Pipeline, plan: StartPlan) -> list[str]:
         return []
     lines = [gap.describe() for gap in plan.gaps]
     if pipeline.source.kafka.allow_data_loss:
-        return [f"{pipeline.name}: skipping records lost to retention (allow_data_loss): {line}"
-                for line in lines]
+        return [f"{pipeline.name}: skipping records lost to retention (allow_data_loss); recorded in "
+                f"{pipeline.dead_letter.location} with stage lost: {line}" for line in lines]
     raise RetentionGap(f"{pipeline.name}: cannot resume without losing data:\n  " + "\n  ".join(lines)
-                       + "\nset source.kafka.allow_data_loss: true to skip them")
+                       + "\nset on_data_loss: record to skip them and record each range in the dead letters")
 
 
 def fetch_watermarks(pipeline: Pipeline) -> dict[str, dict[int, tuple[int, int]]]:

@@ -9,6 +9,7 @@ the queries; `wait` stops every query cleanly on request or when one fails.
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -17,8 +18,11 @@ from ingest.errors import SpecErrors
 from ingest.platform.session import on_databricks
 from ingest.run import recovery
 from ingest.run.checkpoint import read_state
+from ingest.run.data_loss import record_lost
 from ingest.run.fencing import Lease
 from ingest.run.log_store import single_driver_warning
+from ingest.run.maintenance import OptimizeSchedule
+from ingest.run.metrics import Metrics
 from ingest.run.progress import CatchUp
 from ingest.run.query import start_query
 from ingest.spec.locations import shared_locations
@@ -42,6 +46,7 @@ class _Running:
     lease: Lease
     watermarks: dict
     catch_up: CatchUp | None = None
+    optimize: OptimizeSchedule | None = None
     query: Any = None  # pyspark's StreamingQuery once started
     processor: Any = None
     batches: int = 0
@@ -58,6 +63,7 @@ class Supervisor:
         self.pipelines, self.once, self.preflight, self.fail_fast = pipelines, once, preflight, fail_fast
         self.on_report, self.on_note = on_report, on_note
         self.spark: Any = None  # the SparkSession, from start()
+        self.metrics: Metrics | None = None
         self.running: list[_Running] = []
         self._stop = threading.Event()
 
@@ -87,6 +93,8 @@ class Supervisor:
         if refused:  # `validate`'s Spark checks: a row-changing transform, a non-deterministic uid
             self._stop_all()
             raise SpecErrors(refused)
+        if any(_observed(p) for p in self.pipelines):
+            self.metrics = Metrics(spark)
         try:
             for run in self.running:
                 self._start_one(run)
@@ -102,6 +110,13 @@ class Supervisor:
         warning = single_driver_warning(pipeline, lambda key: self.spark.conf.get(key, None), on_databricks())
         if warning:
             self.on_note(warning)
+        if plan.gaps:  # check_gaps let them pass: on_data_loss is record
+            record_lost(self.spark, pipeline, plan.gaps)
+        if self.metrics is not None and _observed(pipeline):
+            self.metrics.watch(pipeline, plan.resume_from)
+        every = pipeline.operations.maintenance
+        if every.optimize_every_batches or every.optimize_every_seconds:
+            run.optimize = OptimizeSchedule(pipeline, time.monotonic)
         lows = {t: {p: low for p, (low, _) in parts.items()} for t, parts in watermarks.items()}
         run.catch_up = CatchUp(pipeline.name, start=plan.resume_from or lows,
                                goal={t: {p: high for p, (_, high) in parts.items()}
@@ -112,8 +127,12 @@ class Supervisor:
 
     def _reported(self, running: _Running, report: BatchReport) -> None:
         running.batches += 1
+        if self.metrics is not None:
+            self.metrics.observe(report)
         running.catch_up.advance(report.summary.end_offsets)
         self.on_report(report, running.catch_up)
+        if running.optimize is not None and running.optimize.due():  # between two batches
+            self.on_note(f"{report.pipeline}: {running.optimize.run(self.spark).line()}")
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -144,6 +163,8 @@ class Supervisor:
         for run in self.running:
             if run.query is not None and run.query.isActive:
                 run.query.stop()
+        if self.metrics is not None:
+            self.metrics.close()
         self.release()
 
     def _outcome(self, run: _Running) -> Outcome:
@@ -177,6 +198,11 @@ def _spec_problems(spark, pipeline: Pipeline) -> list:
 
     problems = [p for p in check_sql(pipeline, spark) if not p.warning]
     return [replace(p, file=p.file or pipeline.source_file) for p in problems]
+
+
+def _observed(pipeline: Pipeline) -> bool:
+    metrics = pipeline.operations.metrics
+    return bool(metrics.prometheus_port or metrics.consumer_group)
 
 
 def _await(query, seconds: float) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ingest.errors import Problem, SpecErrors
+from ingest.spec import operations as operations_spec
 from ingest.spec import settings as conf
 from ingest.spec import template
 from ingest.spec.locations import path_key, table_key
@@ -42,7 +43,7 @@ from ingest.spec.values import Check, did_you_mean, one_of, parse_duration
 from ingest.spec.yaml_tree import LineIndex, join, read_yaml
 
 TOP_KEYS = ("name", "source", "transform", "uid", "target", "checkpoint", "dead_letter",
-            "trigger", "spark_conf")
+            "trigger", "spark_conf") + operations_spec.TOP_KEYS
 SOURCE_KEYS = ("kafka", "format", "schema", "schemas")
 KAFKA_KEYS = ("bootstrap_servers", "topics", "pattern", "starting_offsets",
               "max_offsets_per_trigger", "isolation_level", "allow_data_loss", "options")
@@ -277,6 +278,9 @@ def build(c: Check, raw: Any) -> Pipeline | None:
     dead_letter = _dead_letter(c, top.get("dead_letter"), target)
     trigger = _trigger(c, top.get("trigger"))
     spark_conf = c.scalar_map("spark_conf", top.get("spark_conf"))
+    operations = operations_spec.operations(c, top)
+    source, operations = operations_spec.one_data_loss_policy(c, source, operations,
+                                                                     "on_data_loss" in top)
     if source and target and uid:
         _columns(c, source, transform, uid, target)
     if source and target and dead_letter:
@@ -284,7 +288,7 @@ def build(c: Check, raw: Any) -> Pipeline | None:
     if c.problems:
         return None
     return Pipeline(name, source, uid, target, checkpoint, dead_letter, transform, trigger,
-                    frozen_map(spark_conf))
+                    frozen_map(spark_conf), operations)
 
 
 def _name(c: Check, top: dict) -> str | None:
@@ -740,7 +744,7 @@ def to_document(pipeline: Pipeline) -> dict:
         "trigger": _trigger_document(pipeline.trigger),
         "spark_conf": dict(pipeline.spark_conf),
     }
-    return _drop_empty(document, keep=("spark_conf",))
+    return {**_drop_empty(document, keep=("spark_conf",)), **operations_spec.to_document(pipeline.operations)}
 
 
 def _kafka_document(kafka: KafkaSource) -> dict:

@@ -107,6 +107,30 @@ class Trigger:
     processing_time: str | None = None
 
 
+ON_DATA_LOSS = ("fail", "record")
+
+
+@dataclass(frozen=True)
+class Metrics:
+    prometheus_port: int | None = None  # /metrics on the driver
+    consumer_group: str | None = None  # committed offsets mirrored there after each Delta commit
+
+
+@dataclass(frozen=True)
+class Maintenance:
+    optimize_every_batches: int | None = None
+    optimize_every_seconds: int | None = None  # `optimize_every: "1 hour"`
+    vacuum_retain: str = "168 hours"
+    vacuum_retain_seconds: int = 168 * 3600
+
+
+@dataclass(frozen=True)
+class Operations:
+    metrics: Metrics = Metrics()
+    maintenance: Maintenance = Maintenance()
+    on_data_loss: str = "fail"  # fail | record
+
+
 @dataclass(frozen=True)
 class Pipeline:
     name: str
@@ -118,7 +142,13 @@ class Pipeline:
     transform: Transform | None = None
     trigger: Trigger = Trigger()
     spark_conf: Mapping[str, str] = field(default_factory=frozen_map)
+    operations: Operations = Operations()
     # where it was declared, for messages
     source_file: str | None = None
     # resolved values that must never be printed (from secret variables or secret keys)
     secret_values: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
+
+    @property
+    def records_data_loss(self) -> bool:
+        """on_data_loss: record, or its older spelling source.kafka.allow_data_loss: true."""
+        return self.operations.on_data_loss == "record" or self.source.kafka.allow_data_loss

@@ -40,13 +40,13 @@ def test_a_run_survives_compaction_and_vacuum_of_its_target(spark, kafka, topic,
 
     # the first batch creates the target; the compactor starts under the rest
     run = IngestProcess(pipeline_file, kafka.bootstrap, tmp_path / "run.log")
-    wait_for(lambda: (tmp_path / "tables" / "crashy" / "_delta_log").exists(), 180, "the target",
+    wait_for(lambda: (tmp_path / "tables" / "crashy" / "_delta_log").exists(), 480, "the target",
              lambda: run.output()[-2000:])
     stopped, compactions = threading.Event(), []
     compactor = threading.Thread(target=compact_until, args=(stopped, spark, target, compactions))
     compactor.start()
     try:
-        code = run.wait(timeout=600)
+        code = run.wait(timeout=900)
     finally:
         stopped.set()
         compactor.join(120)

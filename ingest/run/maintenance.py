@@ -1,0 +1,137 @@
+"""Table maintenance of a pipeline's target and dead letters: compaction and VACUUM.
+
+Safe while the pipeline runs: OPTIMIZE only rewrites files (a running MERGE that
+loses the conflict check retries, see `batch.conflicts`, and so does OPTIMIZE
+here), and VACUUM never deletes a file younger than the longest of the
+pipeline's `maintenance.vacuum_retain` and the table's own
+`delta.deletedFileRetentionDuration`, so time travel a user asked for, and a
+batch still reading an older snapshot, keep their files. Delta's retention
+safety check is never switched off.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ingest.batch.conflicts import retry_conflicts
+from ingest.batch.merge import table_exists
+from ingest.batch.uid import UID
+from ingest.spec.model import Pipeline, Target
+from ingest.spec.values import parse_duration
+
+DELTA_DEFAULT_RETENTION_S = 7 * 24 * 3600  # delta.deletedFileRetentionDuration's default
+_INTERVAL = re.compile(r"^\s*interval\s+(\d+)\s+(\w+?)s?\s*$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Files:
+    count: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class Maintained:
+    table: str  # "target" or "dead letters"
+    location: str
+    action: str  # "optimize" | "vacuum"
+    before: Files
+    after: Files
+    detail: str = ""
+
+    def line(self) -> str:
+        return (f"{self.table} {self.location}: {self.action}: {self.before.count} files "
+                f"({_size(self.before.bytes)}) -> {self.after.count} files ({_size(self.after.bytes)})"
+                + (f"; {self.detail}" if self.detail else ""))
+
+
+def tables(pipeline: Pipeline) -> list[tuple[str, Target]]:
+    dead = pipeline.dead_letter
+    return [("target", pipeline.target), ("dead letters", Target(path=dead.path, table=dead.table))]
+
+
+def maintain(spark, pipeline: Pipeline, optimize: bool, vacuum: bool, zorder: bool = False) -> list[Maintained]:
+    done = []
+    for name, table in tables(pipeline):
+        if not table_exists(spark, table):
+            continue
+        if optimize:
+            done.append(compact(spark, name, table, zorder_by=UID if zorder and name == "target" else None))
+        if vacuum:
+            done.append(vacuum_table(spark, name, table, pipeline.operations.maintenance.vacuum_retain_seconds))
+    return done
+
+
+def compact(spark, name: str, table: Target, zorder_by: str | None = None) -> Maintained:
+    before = files(spark, table)
+    optimizer = _delta(spark, table).optimize()
+
+    def run():
+        return optimizer.executeZOrderBy(zorder_by) if zorder_by else optimizer.executeCompaction()
+
+    retry_conflicts(run, f"OPTIMIZE of {table.location}")
+    return Maintained(name, table.location, "optimize" + (f" (Z-order by {zorder_by})" if zorder_by else ""),
+                      before, files(spark, table))
+
+
+def vacuum_table(spark, name: str, table: Target, retain_seconds: int) -> Maintained:
+    before = files(spark, table)
+    table_retention = deleted_file_retention_s(spark, table)
+    hours = max(retain_seconds, table_retention) / 3600
+    retry_conflicts(lambda: _delta(spark, table).vacuum(hours), f"VACUUM of {table.location}")
+    return Maintained(name, table.location, "vacuum", before, files(spark, table),
+                      f"kept files removed in the last {hours:g} hours (longest of maintenance.vacuum_retain "
+                      f"and the table's delta.deletedFileRetentionDuration)")
+
+
+def files(spark, table: Target) -> Files:
+    """Files in the table's current version (DESCRIBE DETAIL): what a reader opens."""
+    detail = _delta(spark, table).detail().select("numFiles", "sizeInBytes").first()
+    return Files(int(detail.numFiles or 0), int(detail.sizeInBytes or 0))
+
+
+def deleted_file_retention_s(spark, table: Target) -> int:
+    """The table's `delta.deletedFileRetentionDuration` ("interval 7 days"), default 7 days."""
+    properties = _delta(spark, table).detail().select("properties").first().properties or {}
+    text = properties.get("delta.deletedFileRetentionDuration")
+    match = _INTERVAL.match(text or "")
+    if not match:
+        return DELTA_DEFAULT_RETENTION_S
+    seconds, _ = parse_duration(f"{match.group(1)} {match.group(2).lower()}")
+    return seconds or DELTA_DEFAULT_RETENTION_S
+
+
+def _delta(spark, table: Target):
+    from delta.tables import DeltaTable
+
+    return DeltaTable.forName(spark, table.table) if table.table else DeltaTable.forPath(spark, table.path)
+
+
+def _size(count: int) -> str:
+    size = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TiB"
+
+
+class OptimizeSchedule:
+    """`maintenance.optimize_every`: compaction of the target between batches of a run."""
+
+    def __init__(self, pipeline: Pipeline, clock):
+        self.pipeline, self.clock = pipeline, clock
+        self.batches, self.last = 0, clock()
+
+    def due(self) -> bool:
+        every = self.pipeline.operations.maintenance
+        self.batches += 1
+        if every.optimize_every_batches:
+            return self.batches % every.optimize_every_batches == 0
+        if every.optimize_every_seconds:
+            return self.clock() - self.last >= every.optimize_every_seconds
+        return False
+
+    def run(self, spark) -> Maintained:
+        self.last = self.clock()
+        return compact(spark, "target", self.pipeline.target)

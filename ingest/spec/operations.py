@@ -1,0 +1,104 @@
+"""The contract's operations keys: `metrics`, `maintenance` and `on_data_loss`."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from ingest.spec.model import ON_DATA_LOSS, Maintenance, Metrics, Operations, Source
+from ingest.spec.values import Check, parse_duration
+
+METRICS_KEYS = ("prometheus", "consumer_group")
+PROMETHEUS_KEYS = ("port",)
+MAINTENANCE_KEYS = ("optimize_every", "vacuum_retain")
+TOP_KEYS = ("metrics", "maintenance", "on_data_loss")
+
+
+def operations(c: Check, top: dict) -> Operations:
+    return Operations(_metrics(c, top.get("metrics")), _maintenance(c, top.get("maintenance")),
+                      c.enum("on_data_loss", top.get("on_data_loss"), ON_DATA_LOSS,
+                             "a data-loss policy", default="fail") or "fail")
+
+
+def one_data_loss_policy(c: Check, source: Source | None, ops: Operations, explicit: bool):
+    """`source.kafka.allow_data_loss: true` is the older spelling of `on_data_loss: record`:
+    either sets both, so Spark's source and the run agree; they may not contradict."""
+    if source is None:
+        return source, ops
+    allow = source.kafka.allow_data_loss
+    if allow and explicit and ops.on_data_loss == "fail":
+        c.add("exclusive_keys", "on_data_loss", "on_data_loss: fail contradicts source.kafka.allow_data_loss: "
+              "true; expected one of them (allow_data_loss: true is the older spelling of record)")
+        return source, ops
+    if allow or ops.on_data_loss == "record":
+        source = replace(source, kafka=replace(source.kafka, allow_data_loss=True))
+        ops = replace(ops, on_data_loss="record")
+    return source, ops
+
+
+def _metrics(c: Check, raw: Any) -> Metrics:
+    metrics = c.mapping("metrics", raw, METRICS_KEYS) if raw is not None else None
+    if not metrics:
+        return Metrics()
+    port = None
+    prometheus = metrics.get("prometheus")
+    if prometheus is not None and c.mapping("metrics.prometheus", prometheus, PROMETHEUS_KEYS):
+        port = c.integer("metrics.prometheus.port",
+                         c.need(prometheus, "metrics.prometheus", "port", "a TCP port, e.g. 9464"),
+                         1, "a TCP port from 1 to 65535")
+        if port is not None and port > 65535:
+            c.add("bad_value", "metrics.prometheus.port", f"{port} is too large; expected a TCP port "
+                  "from 1 to 65535")
+            port = None
+    group = c.text("metrics.consumer_group", metrics.get("consumer_group"), "a Kafka consumer group id")
+    return Metrics(port, group)
+
+
+def _maintenance(c: Check, raw: Any) -> Maintenance:
+    maintenance = c.mapping("maintenance", raw, MAINTENANCE_KEYS) if raw is not None else None
+    if not maintenance:
+        return Maintenance()
+    every = maintenance.get("optimize_every")
+    batches = seconds = None
+    if isinstance(every, str):
+        seconds = _duration(c, "maintenance.optimize_every", every)
+    elif every is not None:
+        batches = c.integer("maintenance.optimize_every", every, 1,
+                            'a number of batches (e.g. 100) or a duration (e.g. "1 hour")')
+    retain = c.text("maintenance.vacuum_retain", maintenance.get("vacuum_retain"),
+                    'a duration, e.g. "168 hours"', quote_hint=False)
+    retain_seconds = _duration(c, "maintenance.vacuum_retain", retain) if retain else None
+    if retain_seconds is None:
+        return Maintenance(batches, seconds)
+    return Maintenance(batches, seconds, retain, retain_seconds)
+
+
+def _duration(c: Check, path: str, text: str) -> int | None:
+    seconds, suggestion = parse_duration(text)
+    if seconds:
+        return seconds
+    hint = f" (did you mean {suggestion!r}?)" if suggestion else ""
+    c.add("bad_duration", path, f"{text!r} is not a duration; expected a whole number and a unit, "
+          f'e.g. "1 hour"{hint}')
+    return None
+
+
+def to_document(ops: Operations) -> dict:
+    """Only what differs from the defaults, so a plain pipeline's document stays as it was."""
+    document: dict = {}
+    metrics = {key: value for key, value in (
+        ("prometheus", {"port": ops.metrics.prometheus_port} if ops.metrics.prometheus_port else None),
+        ("consumer_group", ops.metrics.consumer_group)) if value}
+    if metrics:
+        document["metrics"] = metrics
+    m, default = ops.maintenance, Maintenance()
+    maintenance = {}
+    if m.optimize_every_batches or m.optimize_every_seconds:
+        maintenance["optimize_every"] = m.optimize_every_batches or f"{m.optimize_every_seconds} seconds"
+    if m.vacuum_retain_seconds != default.vacuum_retain_seconds:
+        maintenance["vacuum_retain"] = m.vacuum_retain
+    if maintenance:
+        document["maintenance"] = maintenance
+    if ops.on_data_loss != "fail":
+        document["on_data_loss"] = ops.on_data_loss
+    return document
