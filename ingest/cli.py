@@ -644,6 +644,74 @@ def maintain_command(args) -> int:
     return OK
 
 
+# --- replay ---------------------------------------------------------------------
+
+
+def add_replay(commands, environment: argparse.ArgumentParser) -> None:
+    command = commands.add_parser(
+        "replay", parents=[environment], help="reprocess a range of the topic into the same target",
+        description="Reprocess records the pipeline has already committed, e.g. after a fix to a "
+        "transform, under the replay's own checkpoint and transaction ids; the pipeline's checkpoint "
+        "is not touched. Idempotent by uid (insert_only: a uid already there is a no-op; upsert: "
+        "the later order_by wins). Records already in the dead letters are not replayed.")
+    command.add_argument("file", metavar="FILE", help="pipeline file")
+    start = command.add_mutually_exclusive_group(required=True)
+    start.add_argument("--from-timestamp", metavar="T", type=_timestamp_ms,
+                       help="ISO 8601 (UTC unless it has an offset) or Unix milliseconds")
+    start.add_argument("--from-offsets", metavar="JSON", type=_offsets_json,
+                       help='{"topic": {"0": 120, "1": 80}}; partitions not named are not replayed')
+    command.add_argument("--to-timestamp", metavar="T", type=_timestamp_ms,
+                         help="stop before records of this time (default: where the pipeline is)")
+    command.set_defaults(run=replay_command)
+
+
+def _timestamp_ms(text: str) -> int:
+    from datetime import datetime, timezone
+
+    if text.strip().isdigit():
+        return int(text)
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a time; expected ISO 8601 "
+                                         "(2026-11-23T09:00:00Z) or Unix milliseconds") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return int(moment.timestamp() * 1000)
+
+
+def _offsets_json(text: str) -> dict:
+    import json
+
+    try:
+        raw = json.loads(text)
+        return {str(t): {int(p): int(o) for p, o in parts.items()} for t, parts in raw.items()}
+    except (ValueError, AttributeError, TypeError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not {{topic: {{partition: offset}}}} JSON") from None
+
+
+def replay_command(args) -> int:
+    from ingest.errors import IngestError
+    from ingest.platform.session import get_session
+    from ingest.run.replay import replay, resolve_range
+
+    pipeline = read_pipeline(args.file, settings=load_settings(args.env, args.conf_dir)).pipeline
+    secrets = pipeline.secret_values
+    try:
+        spark = get_session("ingest-replay")
+        span = resolve_range(spark, pipeline, args.from_timestamp, args.to_timestamp, args.from_offsets)
+        print(f"note: replaying {span.records} offsets: {span.describe()}", file=sys.stderr)
+        reports = replay(spark, pipeline, span, on_report=lambda r: print(mask(r.line(), secrets), flush=True))
+    except IngestError as error:
+        print(f"error: {mask(str(error), secrets)}", file=sys.stderr)
+        return CHECK_FAILED
+    inserted = sum(r.merged.inserted for r in reports)
+    updated = sum(r.merged.updated for r in reports)
+    print(f"{pipeline.name}: replayed {sum(r.summary.read for r in reports)} records in {len(reports)} "
+          f"batch(es): inserted {inserted}, updated {updated}")
+    return OK
+
+
 # --- status ---------------------------------------------------------------------
 
 
@@ -793,4 +861,4 @@ def _json(value) -> str:
 
 # Other subcommands (run, status, verify, produce, demo, jars) are added here.
 SUBCOMMANDS = (add_validate, add_plan, add_run, add_produce, add_demo, add_status, add_verify,
-               add_broker, add_maintain)
+               add_broker, add_maintain, add_replay)

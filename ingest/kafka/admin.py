@@ -221,3 +221,21 @@ def record_timestamps(kafka: KafkaSource, positions: dict[str, dict[int, int]],
         return found
     finally:
         consumer.close()
+
+
+def offsets_for_time(kafka: KafkaSource, partitions_of: dict[str, list[int]], at_ms: int,
+                     timeout: float = 15) -> dict[str, dict[int, int]]:
+    """Per partition, the first offset whose record timestamp is at or after `at_ms`;
+    a partition with none gets -1 (nothing that late yet)."""
+    errors: list = []
+    consumer = _consumer(kafka, errors)
+    try:
+        wanted = [TopicPartition(t, p, at_ms) for t, parts in partitions_of.items() for p in parts]
+        found: dict[str, dict[int, int]] = {}
+        for tp in consumer.offsets_for_times(wanted, timeout=timeout):
+            found.setdefault(tp.topic, {})[tp.partition] = tp.offset
+        return found
+    except KafkaException as error:
+        raise BrokerUnreachable(_unreachable(kafka, errors, error)) from None
+    finally:
+        consumer.close()

@@ -1,0 +1,56 @@
+"""`ingest maintain` and maintenance.optimize_every against real Delta tables."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+from ingest.cli import main
+from ingest.run.maintenance import deleted_file_retention_s, files, maintain
+from ingest.spec.loader import to_document, to_yaml
+from ingest.spec.model import Maintenance, Operations, Target
+from tests.integration.test_data_loss import supervised_run
+from tests.integration.test_faults import send
+
+
+def small_batches(pipeline, per_batch=10):
+    kafka = replace(pipeline.source.kafka, max_offsets_per_trigger=per_batch)
+    return replace(pipeline, source=replace(pipeline.source, kafka=kafka))
+
+
+def test_optimize_every_compacts_between_batches_and_maintain_reports_files(
+        spark, kafka, topic, pipeline, tmp_path, capsys, monkeypatch):
+    pipeline = replace(small_batches(pipeline), operations=Operations(maintenance=Maintenance(optimize_every_batches=3)))
+    send(kafka, topic, [f"a{i}" for i in range(25)], partition=0)
+    send(kafka, topic, [f"b{i}" for i in range(25)], partition=1)
+    send(kafka, topic, ["bad"], partition=1, value=b"not json")
+
+    outcomes, notes = supervised_run(spark, pipeline)
+    assert [o.error for o in outcomes] == [None] and outcomes[0].batches >= 5
+    compactions = [n for n in notes if ": target " in n and ": optimize: " in n]
+    assert len(compactions) == outcomes[0].batches // 3, notes
+    target = Target(path=pipeline.target.path)
+    assert spark.read.format("delta").load(pipeline.target.path).count() == 50
+
+    # the table's own retention wins over a shorter vacuum_retain
+    spark.sql(f"ALTER TABLE delta.`{pipeline.target.path}` SET TBLPROPERTIES "
+              "('delta.deletedFileRetentionDuration' = 'interval 10 days')")
+    assert deleted_file_retention_s(spark, target) == 10 * 24 * 3600
+    before = files(spark, target)
+    done = maintain(spark, pipeline, optimize=True, vacuum=True, zorder=True)
+    assert [(d.table, d.action) for d in done] == [
+        ("target", "optimize (Z-order by _uid)"), ("target", "vacuum"),
+        ("dead letters", "optimize"), ("dead letters", "vacuum")]
+    assert done[0].before == before and done[0].after.count == 1 and before.count > 1
+    assert "240 hours" in done[1].detail  # 10 days, not vacuum_retain's 168 hours
+    assert spark.read.format("delta").load(pipeline.target.path).count() == 50
+    # time travel to before the compaction still works: VACUUM kept those files
+    assert spark.read.format("delta").option("versionAsOf", 1).load(pipeline.target.path).count() > 0
+
+    file = tmp_path / "orders.yaml"
+    file.write_text(to_yaml(to_document(pipeline)))
+    monkeypatch.setenv("KAFKA_BOOTSTRAP", kafka.bootstrap)
+    assert main(["maintain", str(file), "--optimize", "--json"]) == 0
+    reported = json.loads(capsys.readouterr().out)
+    assert [(r["table"], r["action"]) for r in reported] == [("target", "optimize"), ("dead letters", "optimize")]
+    assert reported[0]["before"]["count"] == reported[0]["after"]["count"] == 1
