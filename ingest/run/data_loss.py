@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from ingest.batch import dead_letter
 from ingest.batch.ledger import Txn
 from ingest.run.recovery import Gap
+from ingest.spec import template
 from ingest.spec.model import Pipeline
 
 LOST = "lost"
@@ -41,4 +42,6 @@ def record_lost(spark, pipeline: Pipeline, gaps: list[Gap]) -> None:
     for gap in gaps:
         row = (gap.topic, gap.partition, gap.resume_at, None, None, None, None, LOST, reason(gap, found),
                pipeline.name, None, found.replace(tzinfo=None))
-        dead_letter.write(spark.createDataFrame([row], ROW), pipeline.dead_letter, lost_txn(pipeline.name, gap))
+        table = template.for_topic(pipeline, gap.topic).dead_letter if template.is_per_topic(pipeline) \
+            else pipeline.dead_letter
+        dead_letter.write(spark.createDataFrame([row], ROW), table, lost_txn(pipeline.name, gap))

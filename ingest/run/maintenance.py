@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from ingest.batch.conflicts import retry_conflicts
 from ingest.batch.merge import table_exists
 from ingest.batch.uid import UID
+from ingest.kafka import admin as kafka_admin
+from ingest.spec import template
 from ingest.spec.model import Pipeline, Target
 from ingest.spec.values import parse_duration
 
@@ -51,6 +53,10 @@ def tables(pipeline: Pipeline) -> list[tuple[str, Target]]:
 
 
 def maintain(spark, pipeline: Pipeline, optimize: bool, vacuum: bool, zorder: bool = False) -> list[Maintained]:
+    if template.is_per_topic(pipeline):  # each topic's own target and dead letters
+        topics = sorted(kafka_admin.partitions(pipeline.source.kafka))
+        return [done for topic in topics
+                for done in maintain(spark, template.for_topic(pipeline, topic), optimize, vacuum, zorder)]
     done = []
     for name, table in tables(pipeline):
         if not table_exists(spark, table):
@@ -132,6 +138,7 @@ class OptimizeSchedule:
             return self.clock() - self.last >= every.optimize_every_seconds
         return False
 
-    def run(self, spark) -> Maintained:
+    def run(self, spark) -> list[Maintained]:
+        """Compaction of the target and dead letters (each topic's, for a per-topic target)."""
         self.last = self.clock()
-        return compact(spark, "target", self.pipeline.target)
+        return maintain(spark, self.pipeline, optimize=True, vacuum=False)

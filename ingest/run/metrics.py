@@ -18,6 +18,7 @@ from ingest.batch.processor import BatchReport
 from ingest.errors import IngestError
 from ingest.kafka import admin as kafka_admin
 from ingest.kafka.consumer_group import GroupMirror
+from ingest.spec import template
 from ingest.spec.model import Pipeline
 
 log = logging.getLogger("ingest.run")
@@ -193,7 +194,7 @@ def _delta_version(spark, pipeline: Pipeline) -> int | None:
     from ingest.batch.merge import table_exists
 
     target = pipeline.target
-    if not table_exists(spark, target):
+    if template.is_per_topic(pipeline) or not table_exists(spark, target):  # one version per table there
         return None
     table = DeltaTable.forName(spark, target.table) if target.table else DeltaTable.forPath(spark, target.path)
     return int(table.history(1).select("version").first().version)

@@ -33,6 +33,7 @@ from ingest.batch.processor import BatchProcessor, BatchReport, payload_schema
 from ingest.errors import IngestError
 from ingest.kafka import admin as kafka_admin
 from ingest.kafka.source import kafka_options
+from ingest.spec import template
 from ingest.spec.model import Pipeline, Target
 
 Offsets = dict[str, dict[int, int]]
@@ -60,6 +61,8 @@ class ReplayRange:
 def resolve_range(spark, pipeline: Pipeline, from_ms: int | None = None, to_ms: int | None = None,
                   from_offsets: Offsets | None = None) -> ReplayRange:
     """Timestamps or offsets to a range, clipped to what Kafka still has and the pipeline committed."""
+    if template.is_per_topic(pipeline):
+        raise ReplayError(f"{pipeline.name}: replay of a per-topic target ({template.TOPIC}) is not supported yet")
     kafka = pipeline.source.kafka
     marks = kafka_admin.watermarks(kafka)
     committed = _committed(spark, pipeline)

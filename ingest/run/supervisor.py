@@ -132,7 +132,8 @@ class Supervisor:
         running.catch_up.advance(report.summary.end_offsets)
         self.on_report(report, running.catch_up)
         if running.optimize is not None and running.optimize.due():  # between two batches
-            self.on_note(f"{report.pipeline}: {running.optimize.run(self.spark).line()}")
+            for done in running.optimize.run(self.spark):
+                self.on_note(f"{report.pipeline}: {done.line()}")
 
     def request_stop(self) -> None:
         self._stop.set()

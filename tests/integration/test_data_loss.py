@@ -28,7 +28,7 @@ def test_lost_ranges_are_recorded_once_and_verify_accounts_for_the_rest(spark, k
     pipeline = replace(pipeline, operations=Operations(on_data_loss="record"),
                        source=replace(pipeline.source, kafka=replace(pipeline.source.kafka, allow_data_loss=True)))
     send(kafka, topic, [f"a{i}" for i in range(20)])
-    run_once(spark, pipeline)
+    run_once(spark, pipeline, timeout=900)
     send(kafka, topic, [f"b{i}" for i in range(20)])
     deleted = AdminClient(kafka.client_config()).delete_records([TopicPartition(topic, 0, 30)])
     for future in deleted.values():

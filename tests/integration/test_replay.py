@@ -23,7 +23,7 @@ def test_replay_after_a_transform_change_adds_what_it_now_lets_through(spark, se
                     uid=f"u{i}", partition=i % 2)
     sender.send(b"not json", uid="bad", partition=0)
     sender.flush()
-    run_once(spark, strict)
+    run_once(spark, strict, timeout=900)
     assert table(spark, pipeline.target.path).count() == 9  # 3 filtered, 1 dead letter
     checkpoint_before = files_under(pipeline.checkpoint)
 
