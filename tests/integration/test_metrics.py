@@ -63,6 +63,7 @@ def test_metrics_match_the_delta_log_and_the_group_holds_the_offsets(spark, kafk
             assert value(samples, "ingest_partition_end_offset", **labels) == end
             assert value(samples, "ingest_partition_lag_records", **labels) == 0
             assert value(samples, "ingest_partition_lag_seconds", **labels) == 0
+        print(urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode())  # shown by pytest -rA
         rows = spark.read.format("delta").load(target).count()
         assert value(samples, "ingest_records_read_total", pipeline="watched") == 152
         assert value(samples, "ingest_records_merged_total", pipeline="watched", result="inserted") == rows == 140
