@@ -61,6 +61,7 @@ PROBLEM_CODES = {
     "duplicate_name": "two pipelines share a name, a checkpoint or a target",
     "bad_ddl": "source.schema is not a Spark DDL schema",
     "bad_sql": "a transform expression Spark cannot parse or resolve",
+    "cdc_rules": "a cdc or deletes/history setting that does not fit the rest of the pipeline",
     "coordinates_uid": "warning: a uid from Kafka coordinates is only safe with idempotent producers",
 }
 

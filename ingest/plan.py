@@ -107,6 +107,7 @@ def _uid_text(pipeline: Pipeline) -> str:
         "field": f"payload column {uid.field}",
         "fields": f"SHA-256 of columns {', '.join(uid.fields)}",
         "coordinates": "topic/partition/offset (exact only with idempotent producers)",
+        "key": "the Kafka key (UTF-8)",
     }[uid.kind]
 
 

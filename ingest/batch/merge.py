@@ -26,6 +26,7 @@ COORDINATE_COLUMNS = ("_topic", "_partition", "_offset", "_kafka_timestamp", "_i
 class MergeResult:
     inserted: int
     updated: int
+    deleted: int = 0
 
 
 def target_rows(records: DataFrame) -> DataFrame:
@@ -39,6 +40,11 @@ def target_rows(records: DataFrame) -> DataFrame:
         F.col(f"{RAW}.timestamp").alias("_kafka_timestamp"),
         F.current_timestamp().alias("_ingested_at"),
     )
+
+
+def delta_table(session, target: Target):
+    """The DeltaTable of a target (or of a table beside it, such as the delete log)."""
+    return _table(session, target)
 
 
 def _table(session, target: Target):

@@ -18,17 +18,12 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from ingest.batch import dead_letter, faults, ledger, transform
+from ingest.batch import dead_letter, faults, ledger, merge_mode, transform
+from ingest.batch.cdc import decode_envelope
 from ingest.batch.conflicts import retry_conflicts
 from ingest.batch.decode import RAW, STAGE, decode
-from ingest.batch.merge import (
-    MergeResult,
-    create_table,
-    merge_batch,
-    table_exists,
-    target_rows,
-)
-from ingest.batch.uid import UID, one_per_uid, with_uid
+from ingest.batch.merge import MergeResult
+from ingest.batch.uid import UID, with_uid
 from ingest.spec.model import Pipeline
 
 log = logging.getLogger("ingest.run")
@@ -114,8 +109,7 @@ class BatchProcessor:
             txn = ledger.batch_txn(self.pipeline.name, self._app_query_id(session), batch_id,
                                    summary.end_offsets, summary.counts, table=self.table_key)
             self._write_dead_letters(staged, summary, batch_id, txn)
-            rows = target_rows(one_per_uid(staged.where(F.col(STAGE).isNull()),
-                                           self.pipeline.target.mode, self.pipeline.target.order_by))
+            rows = merge_mode.batch_rows(staged.where(F.col(STAGE).isNull()), self.pipeline)
             merged = self._merge(session, rows, summary, batch_id, txn)  # 3-4
             self.on_report(BatchReport(self.pipeline.name, batch_id, summary, merged,
                                        time.monotonic() - started))
@@ -123,7 +117,7 @@ class BatchProcessor:
             staged.unpersist()
 
     def _stage(self, batch_df: DataFrame) -> tuple[DataFrame, BatchSummary]:
-        decoded = decode(batch_df, self.pipeline.source.format, self.schema)
+        decoded = self._decode(batch_df)
         staged = self._route(decoded, failed=())
         try:
             return staged, summarize(staged, self.pipeline)
@@ -141,6 +135,11 @@ class BatchProcessor:
         finally:
             decoded.unpersist()
 
+    def _decode(self, batch_df: DataFrame) -> DataFrame:
+        if self.pipeline.cdc is not None:  # change envelopes: the row, its op and sequence
+            return decode_envelope(batch_df, self.pipeline.cdc, self.schema)
+        return decode(batch_df, self.pipeline.source.format, self.schema)
+
     def _route(self, decoded: DataFrame, failed) -> DataFrame:
         transformed = transform.apply(decoded, self.pipeline.transform, failed)
         return with_uid(transformed, self.pipeline.uid, upsert_order(self.pipeline)).persist()
@@ -156,12 +155,11 @@ class BatchProcessor:
 
     def _merge(self, session, rows: DataFrame, summary: BatchSummary, batch_id: int, txn) -> MergeResult:
         if not self._target_ready:
-            if not table_exists(session, self.pipeline.target):
-                create_table(session, self.pipeline.target, rows)
+            merge_mode.create_tables(session, self.pipeline, rows)
             self._target_ready = True
         def attempt() -> MergeResult:
             with ledger.txn_settings(session, txn), faults.during("during_merge", batch_id):
-                return merge_batch(session, rows, self.pipeline, summary.bounds if self.bounded else {})
+                return merge_mode.merge(session, rows, self.pipeline, summary.bounds if self.bounded else {})
 
         merged = retry_conflicts(attempt, f"{self.pipeline.name} batch {batch_id}: MERGE into "
                                           f"{self.pipeline.target.location}")

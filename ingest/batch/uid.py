@@ -7,6 +7,7 @@ field is written as its UTC wall clock: `CAST(ts AS STRING)` follows the
 session time zone, so the same record would get another uid on a cluster set
 to another zone. The UTC text is what a UTC session's cast gives, so tables
 written from UTC sessions keep their uids.
+`key` uids are the Kafka key read as UTF-8.
 `coordinates` uids are `topic/partition/offset` with the numbers zero-padded
 so that string order is Kafka order.
 """
@@ -41,6 +42,8 @@ def _field_text(name: str, schema: StructType | None) -> Column:
 
 
 def uid_column(uid: Uid, schema: StructType | None = None) -> Column:
+    if uid.key:
+        return F.col(f"{RAW}.key").cast("string")
     if uid.header is not None:
         matching = F.filter(F.col(f"{RAW}.headers"), lambda h: h["key"] == F.lit(uid.header))
         return F.element_at(matching, 1)["value"].cast("string")
@@ -57,6 +60,8 @@ def uid_column(uid: Uid, schema: StructType | None = None) -> Column:
 
 
 def _missing_reason(uid: Uid) -> str:
+    if uid.key:
+        return "Kafka key missing (null)"
     if uid.header is not None:
         return f"header '{uid.header}' missing or null"
     if uid.field is not None:

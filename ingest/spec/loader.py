@@ -24,10 +24,13 @@ from ingest.spec import settings as conf
 from ingest.spec import template
 from ingest.spec.locations import path_key, table_key
 from ingest.spec.model import (
+    CDC_FORMATS,
+    DELETES,
     FORMATS,
     ISOLATION_LEVELS,
     MODES,
     UID_KINDS,
+    Cdc,
     DeadLetter,
     DedupHorizon,
     KafkaSource,
@@ -43,12 +46,17 @@ from ingest.spec.values import Check, did_you_mean, one_of, parse_duration
 from ingest.spec.yaml_tree import LineIndex, join, read_yaml
 
 TOP_KEYS = ("name", "source", "transform", "uid", "target", "checkpoint", "dead_letter",
-            "trigger", "spark_conf") + operations_spec.TOP_KEYS
+            "trigger", "spark_conf", "cdc") + operations_spec.TOP_KEYS
 SOURCE_KEYS = ("kafka", "format", "schema", "schemas")
 KAFKA_KEYS = ("bootstrap_servers", "topics", "pattern", "starting_offsets",
               "max_offsets_per_trigger", "isolation_level", "allow_data_loss", "options")
 TRANSFORM_KEYS = ("select", "where")
-TARGET_KEYS = ("path", "table", "mode", "order_by", "partition_by", "cluster_by", "dedup_horizon")
+TARGET_KEYS = ("path", "table", "mode", "order_by", "partition_by", "cluster_by", "dedup_horizon",
+               "deletes", "history")
+CDC_KEYS = ("format", "key", "sequence")
+# `cdc.sequence` values that name the envelope rather than a row column
+ENVELOPE_SEQUENCES = ("ts_ms",)
+ENVELOPE_SOURCE_PREFIX = "source."
 HORIZON_KEYS = ("column", "within")
 DEAD_LETTER_KEYS = ("path", "table")
 TRIGGER_KEYS = ("available_now", "processing_time")
@@ -72,6 +80,8 @@ RESERVED_OPTIONS = {
 }
 # Columns ingest adds to the target; the payload may not use them.
 INGEST_COLUMNS = ("_uid", "_topic", "_partition", "_offset", "_kafka_timestamp", "_ingested_at")
+# ... and with cdc, deletes or history
+CHANGE_COLUMNS = ("_sequence", "_op", "_deleted", "_valid_from", "_valid_to", "_current")
 TIMESTAMP_TYPES = ("TIMESTAMP", "TIMESTAMP_LTZ")
 
 
@@ -271,8 +281,9 @@ def build(c: Check, raw: Any) -> Pipeline | None:
     name = _name(c, top)
     source = _source(c, top)
     transform = _transform(c, top.get("transform"))
-    uid = _uid(c, top)
-    target = _target(c, top)
+    cdc = _cdc(c, top.get("cdc"))
+    uid = _cdc_uid(c, top, cdc) if "cdc" in top else _uid(c, top)
+    target = _target(c, top, cdc is not None or "cdc" in top)
     checkpoint = c.text("checkpoint", c.need(top, "", "checkpoint", "a folder for the checkpoint"),
                         "a folder for the checkpoint")
     dead_letter = _dead_letter(c, top.get("dead_letter"), target)
@@ -281,14 +292,16 @@ def build(c: Check, raw: Any) -> Pipeline | None:
     operations = operations_spec.operations(c, top)
     source, operations = operations_spec.one_data_loss_policy(c, source, operations,
                                                                      "on_data_loss" in top)
+    if target and uid:
+        _deletes_rules(c, top, uid, target)
     if source and target and uid:
-        _columns(c, source, transform, uid, target)
+        _columns(c, source, transform, uid, target, cdc)
     if source and target and dead_letter:
         _template_rules(c, source, target, dead_letter)
     if c.problems:
         return None
     return Pipeline(name, source, uid, target, checkpoint, dead_letter, transform, trigger,
-                    frozen_map(spark_conf), operations)
+                    frozen_map(spark_conf), operations, cdc=cdc)
 
 
 def _name(c: Check, top: dict) -> str | None:
@@ -476,7 +489,7 @@ def _transform(c: Check, raw: Any) -> Transform | None:
 
 
 def _uid(c: Check, top: dict) -> Uid | None:
-    raw = c.need(top, "", "uid", "exactly one of header, field, fields or coordinates")
+    raw = c.need(top, "", "uid", "exactly one of header, field, fields, coordinates or key")
     uid = c.mapping("uid", raw, UID_KINDS)
     if uid is None:
         return None
@@ -486,18 +499,20 @@ def _uid(c: Check, top: dict) -> Uid | None:
     fields = c.texts("uid.fields", uid.get("fields"), "a list of payload columns", non_empty=True,
                      unique=True, item="a column name")
     coordinates = c.boolean("uid.coordinates", uid.get("coordinates"), default=False)
-    # `coordinates: false` is no rule; any other value, even a wrong one, is one
+    key = c.boolean("uid.key", uid.get("key"), default=False)
+    # `coordinates: false` (or `key: false`) is no rule; any other value, even a wrong one, is one
     given = [kind for kind in UID_KINDS
-             if uid.get(kind) is not None and not (kind == "coordinates" and uid[kind] is False)]
+             if uid.get(kind) is not None and not (kind in ("coordinates", "key") and uid[kind] is False)]
     misspelt = not given and any(c.misspelt(f"uid.{kind}") for kind in UID_KINDS)
     if len(given) != 1 and not misspelt:  # a misspelt rule is reported as an unknown key
         where = f"uid.{given[1]}" if len(given) > 1 else "uid"  # the rule that is one too many
         c.add("uid_rules", where, f"{_uid_rules_found(given)}; expected exactly one of header, "
-              "field, fields or coordinates: true")
+              "field, fields, coordinates: true or key: true")
     elif coordinates:
         c.warn("coordinates_uid", "uid.coordinates", "a uid from topic/partition/offset is only "
                "exact with idempotent producers; a producer retry becomes a second record")
-    return None if c.failed(mark) else Uid(header, field, tuple(fields or ()), bool(coordinates))
+    return None if c.failed(mark) else Uid(header, field, tuple(fields or ()), bool(coordinates),
+                                           bool(key))
 
 
 def _uid_rules_found(given: list[str]) -> str:
@@ -506,16 +521,23 @@ def _uid_rules_found(given: list[str]) -> str:
     return f"{one_of(given, 'and')} are {'both' if len(given) == 2 else 'all'} given"
 
 
-def _target(c: Check, top: dict) -> Target | None:
+def _target(c: Check, top: dict, with_cdc: bool) -> Target | None:
     raw = c.need(top, "", "target", "a mapping with path or table, and mode")
     target = c.mapping("target", raw, TARGET_KEYS)
     if target is None:
         return None
     mark = c.mark()
     path, table = _location(c, "target", target)
-    mode = c.enum("target.mode", target.get("mode"), MODES, "a mode", default="insert_only")
+    mode = c.enum("target.mode", target.get("mode"), MODES, "a mode",
+                  default="upsert" if with_cdc else "insert_only")
     order_by = c.text("target.order_by", target.get("order_by"), "a payload column")
-    _order_by_rules(c, mode, target)
+    if with_cdc:
+        _cdc_target_rules(c, mode, target)
+    else:
+        _order_by_rules(c, mode, target)
+    deletes = c.enum("target.deletes", target.get("deletes"), DELETES, "a way to delete",
+                     default="soft")
+    history = c.boolean("target.history", target.get("history"), default=False)
     partition_by = c.texts("target.partition_by", target.get("partition_by"), "a list of columns",
                            item="a column name")
     cluster_by = c.texts("target.cluster_by", target.get("cluster_by"), "a list of columns",
@@ -532,7 +554,65 @@ def _target(c: Check, top: dict) -> Target | None:
     if c.failed(mark):
         return None
     return Target(path, table, mode, order_by, tuple(partition_by or ()), tuple(cluster_by or ()),
-                  horizon)
+                  horizon, deletes, bool(history))
+
+
+def _cdc(c: Check, raw: Any) -> Cdc | None:
+    values = c.mapping("cdc", raw, CDC_KEYS) if raw is not None else None
+    if values is None:
+        return None
+    mark = c.mark()
+    fmt = c.enum("cdc.format", values.get("format"), CDC_FORMATS, "a change data capture format",
+                 default="debezium")
+    key = c.texts("cdc.key", c.need(values, "cdc", "key", "a list of the row's key columns, e.g. [id]"),
+                  "a list of the row's key columns, e.g. [id]", non_empty=True, unique=True,
+                  item="a column name")
+    sequence = c.text("cdc.sequence", values.get("sequence"),
+                      "source.<field>, ts_ms or a row column, e.g. source.lsn")
+    if sequence is not None and sequence.startswith(ENVELOPE_SOURCE_PREFIX) \
+            and not sequence[len(ENVELOPE_SOURCE_PREFIX):]:
+        c.add("bad_value", "cdc.sequence", f"{sequence!r} names no field of source; expected "
+              "source.<field>, e.g. source.lsn")
+    if c.failed(mark) or not key:
+        return None
+    return Cdc(tuple(key), fmt, sequence)
+
+
+def _cdc_uid(c: Check, top: dict, cdc: Cdc | None) -> Uid | None:
+    """With cdc the row key is the uid: one column as it is, several hashed as uid.fields are."""
+    if top.get("uid") is not None:
+        c.add("cdc_rules", "uid", "with cdc the uid is the row key (cdc.key); expected no uid")
+    if cdc is None:
+        return None
+    return Uid(field=cdc.key[0]) if len(cdc.key) == 1 else Uid(fields=cdc.key)
+
+
+def _cdc_target_rules(c: Check, mode: str | None, target: dict) -> None:
+    if mode == "insert_only":
+        c.add("cdc_rules", "target.mode", "'insert_only' does not apply changes; expected upsert "
+              "(with cdc, upsert is the only mode)")
+    if target.get("order_by") is not None:
+        c.add("cdc_rules", "target.order_by", "with cdc, changes are ordered by cdc.sequence; "
+              "expected no order_by")
+
+
+def _deletes_rules(c: Check, top: dict, uid: Uid, target: Target) -> None:
+    """deletes: with cdc, or a tombstone in upsert with uid key; history: with cdc only."""
+    raw = top.get("target") or {}
+    with_cdc = "cdc" in top
+    if raw.get("deletes") is not None and not with_cdc and not (target.mode == "upsert" and uid.key):
+        c.add("cdc_rules", "target.deletes", "nothing can delete without cdc, or mode upsert with "
+              "uid: {key: true} (where a tombstone deletes its key); expected one of those, or no "
+              "deletes")
+    if target.history and not with_cdc:
+        c.add("cdc_rules", "target.history", "history (SCD type 2) keeps the versions of cdc "
+              "changes; expected a cdc section, or no history")
+    if target.history and target.deletes == "hard":
+        c.add("cdc_rules", "target.deletes", "history keeps every version, a delete's too; "
+              "expected deletes: soft with history")
+    if target.history and target.dedup_horizon is not None:
+        c.add("cdc_rules", "target.dedup_horizon", "a dedup horizon bounds duplicate search, which "
+              "history does not do; expected no dedup_horizon with history")
 
 
 def _location(c: Check, section: str, values: dict) -> tuple[str | None, str | None]:
@@ -644,7 +724,8 @@ def _trigger(c: Check, raw: Any) -> Trigger:
 # --- columns, as far as they can be told without Spark -------------------------
 
 
-def _columns(c: Check, source: Source, transform: Transform | None, uid: Uid, target: Target) -> None:
+def _columns(c: Check, source: Source, transform: Transform | None, uid: Uid, target: Target,
+             cdc: Cdc | None) -> None:
     """Column references checked against the schema when no transform reshapes it;
     with a transform the Spark pass (sql_check) knows the columns."""
     columns = decoded_columns(source)
@@ -657,26 +738,38 @@ def _columns(c: Check, source: Source, transform: Transform | None, uid: Uid, ta
                   f"{columns[horizon.column]}; expected a TIMESTAMP column")
     if transform is not None:
         return
-    for path, column in column_references(uid, target):
+    reserved = INGEST_COLUMNS + (CHANGE_COLUMNS if cdc or target.deletes != "soft"
+                                 or uid.key else ())
+    for path, column in column_references(uid, target, cdc):
         if column not in columns:
             c.add("bad_column", path, f"{column!r} is not a column of the payload; expected one of "
                   f"{', '.join(columns)}{did_you_mean(column, list(columns))}")
-    for column in INGEST_COLUMNS:
+    for column in reserved:
         if column in columns:
             c.add("bad_column", "source.schema", f"column {column} is one ingest adds; expected "
                   "another name (or rename it in transform.select)")
 
 
-def column_references(uid: Uid, target: Target) -> list[tuple[str, str]]:
+def column_references(uid: Uid, target: Target, cdc: Cdc | None = None) -> list[tuple[str, str]]:
     """(key path, column) for every column the spec names outside SQL."""
-    refs = [("uid.field", uid.field)] if uid.field else []
-    refs += [(f"uid.fields[{n}]", name) for n, name in enumerate(uid.fields)]
+    if cdc is not None:
+        refs = [(f"cdc.key[{n}]", name) for n, name in enumerate(cdc.key)]
+        if cdc.sequence and not is_envelope_sequence(cdc.sequence):
+            refs.append(("cdc.sequence", cdc.sequence))
+    else:
+        refs = [("uid.field", uid.field)] if uid.field else []
+        refs += [(f"uid.fields[{n}]", name) for n, name in enumerate(uid.fields)]
     refs += [("target.order_by", target.order_by)] if target.order_by else []
     refs += [(f"target.partition_by[{n}]", name) for n, name in enumerate(target.partition_by)]
     refs += [(f"target.cluster_by[{n}]", name) for n, name in enumerate(target.cluster_by)]
     if target.dedup_horizon is not None:
         refs.append(("target.dedup_horizon", target.dedup_horizon.column))
     return refs
+
+
+def is_envelope_sequence(sequence: str) -> bool:
+    """`ts_ms` and `source.<field>` name the change envelope; anything else a row column."""
+    return sequence in ENVELOPE_SEQUENCES or sequence.startswith(ENVELOPE_SOURCE_PREFIX)
 
 
 def decoded_columns(source: Source) -> dict[str, str] | None:
@@ -736,8 +829,9 @@ def to_document(pipeline: Pipeline) -> dict:
                                "schemas": dict(pipeline.source.schemas)}),
         "transform": _drop_empty({"select": list(pipeline.transform.select),
                                   "where": pipeline.transform.where}) if pipeline.transform else None,
-        "uid": _uid_document(pipeline.uid),
-        "target": _target_document(pipeline.target),
+        "cdc": _cdc_document(pipeline.cdc),
+        "uid": None if pipeline.cdc else _uid_document(pipeline.uid),
+        "target": _target_document(pipeline.target, deletes_apply(pipeline)),
         "checkpoint": pipeline.checkpoint,
         "dead_letter": _drop_empty({"path": pipeline.dead_letter.path,
                                     "table": pipeline.dead_letter.table}),
@@ -745,6 +839,11 @@ def to_document(pipeline: Pipeline) -> dict:
         "spark_conf": dict(pipeline.spark_conf),
     }
     return {**_drop_empty(document, keep=("spark_conf",)), **operations_spec.to_document(pipeline.operations)}
+
+
+def deletes_apply(pipeline: Pipeline) -> bool:
+    """Whether anything in this pipeline deletes: cdc, or a tombstone in upsert by Kafka key."""
+    return pipeline.cdc is not None or (pipeline.target.mode == "upsert" and pipeline.uid.key)
 
 
 def _kafka_document(kafka: KafkaSource) -> dict:
@@ -760,19 +859,27 @@ def _kafka_document(kafka: KafkaSource) -> dict:
     }, keep=("options",))
 
 
+def _cdc_document(cdc: Cdc | None) -> dict | None:
+    if cdc is None:
+        return None
+    return _drop_empty({"format": cdc.format, "key": list(cdc.key), "sequence": cdc.sequence})
+
+
 def _uid_document(uid: Uid) -> dict:
     value = {"header": uid.header, "field": uid.field, "fields": list(uid.fields),
-             "coordinates": True}[uid.kind]
+             "coordinates": True, "key": True}[uid.kind]
     return {uid.kind: value}
 
 
-def _target_document(target: Target) -> dict:
+def _target_document(target: Target, deletes_apply: bool = False) -> dict:
     horizon = target.dedup_horizon
     return _drop_empty({
         "path": target.path, "table": target.table, "mode": target.mode,
         "order_by": target.order_by, "partition_by": list(target.partition_by),
         "cluster_by": list(target.cluster_by),
         "dedup_horizon": {"column": horizon.column, "within": horizon.within} if horizon else None,
+        "deletes": target.deletes if deletes_apply else None,
+        "history": True if target.history else None,
     })
 
 

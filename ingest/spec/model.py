@@ -13,7 +13,9 @@ from typing import Mapping
 FORMATS = ("json", "string", "bytes")
 MODES = ("insert_only", "upsert")
 ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
-UID_KINDS = ("header", "field", "fields", "coordinates")
+UID_KINDS = ("header", "field", "fields", "coordinates", "key")
+CDC_FORMATS = ("debezium",)
+DELETES = ("soft", "hard")
 
 
 def frozen_map(items: Mapping | None = None) -> Mapping:
@@ -56,9 +58,12 @@ class Uid:
     field: str | None = None
     fields: tuple[str, ...] = ()
     coordinates: bool = False
+    key: bool = False  # the Kafka key (UTF-8); in upsert, a tombstone deletes it
 
     @property
     def kind(self) -> str:
+        if self.key:
+            return "key"
         if self.header is not None:
             return "header"
         if self.field is not None:
@@ -84,11 +89,22 @@ class Target:
     partition_by: tuple[str, ...] = ()
     cluster_by: tuple[str, ...] = ()
     dedup_horizon: DedupHorizon | None = None
+    deletes: str = "soft"  # soft: the row stays with _deleted = true; hard: the row goes
+    history: bool = False  # SCD type 2: every version, with _valid_from, _valid_to, _current
 
     @property
     def location(self) -> str:
         """Path or table name, for messages."""
         return self.path or self.table or ""
+
+
+@dataclass(frozen=True)
+class Cdc:
+    """Change data capture: the envelope's format, the row key and the change order."""
+
+    key: tuple[str, ...]
+    format: str = "debezium"
+    sequence: str | None = None  # None: source.lsn where the record has one, else ts_ms
 
 
 @dataclass(frozen=True)
@@ -143,6 +159,7 @@ class Pipeline:
     trigger: Trigger = Trigger()
     spark_conf: Mapping[str, str] = field(default_factory=frozen_map)
     operations: Operations = Operations()
+    cdc: Cdc | None = None
     # where it was declared, for messages
     source_file: str | None = None
     # resolved values that must never be printed (from secret variables or secret keys)

@@ -1,0 +1,119 @@
+"""Debezium change envelopes -> one row per change: the row's columns, `_op` and `_sequence`.
+
+The envelope is `{before, after, op, ts_ms, source}`, alone or inside Debezium's
+`{schema, payload}` wrapper (the JSON converter with `schemas.enable=true`);
+both are read with one parse. `c`, `r` (snapshot read) and `u` carry the row in
+`after`; `d` carries it (at least its key) in `before`. `source` is read as a
+map of strings, so any connector's fields (`lsn`, `file`, `pos`, ...) can name
+the sequence.
+
+A change that cannot be applied is a `decode` dead letter whose reason names
+the field; the tombstone Debezium sends after a delete is that delete again,
+so it is counted as `filtered` (reason `tombstone`), never a dead letter.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, MapType, StringType, StructField, StructType
+
+from ingest.batch.decode import RAW, RAW_FIELDS, REASON, STAGE
+from ingest.spec.model import Cdc
+
+SEQUENCE = "_sequence"
+OP = "_op"
+OPS = ("c", "r", "u", "d")
+DELETE = "d"
+TOMBSTONE_REASON = "tombstone (a key with a null value): the delete before it again, a no-op"
+_CORRUPT = "__corrupt"
+_UNPARSED = "__unparsed"
+
+
+def decode_envelope(raw: DataFrame, cdc: Cdc, row: StructType) -> DataFrame:
+    """Columns RAW, STAGE, REASON, the row's columns, `_sequence`, `_op`."""
+    with_raw = raw.select(F.struct(*[F.col(c) for c in RAW_FIELDS]).alias(RAW))
+    parsed = with_raw.select(RAW, F.from_json(F.col(f"{RAW}.value").cast("string"),
+                                              _parse_schema(row),
+                                              {"columnNameOfCorruptRecord": _CORRUPT}).alias("p"))
+    envelope = parsed.select(RAW, F.col("p").isNull().alias(_UNPARSED),
+                             F.col(f"p.{_CORRUPT}").alias(_CORRUPT), _unwrapped().alias("e"))
+    op = F.col("e.op")
+    image = F.when(op == DELETE, F.col("e.before")).otherwise(F.col("e.after"))
+    columns = [image[f.name].alias(f.name) for f in row.fields]
+    sequence = sequence_column(cdc, row)
+    reason = _failure(cdc, row, sequence)
+    stage = (F.when(F.col(f"{RAW}.value").isNull(), F.lit("filtered"))
+             .when(reason.isNotNull(), F.lit("decode")))
+    return envelope.select(RAW, stage.alias(STAGE), reason.alias(REASON), *columns,
+                           sequence.alias(SEQUENCE), op.alias(OP))
+
+
+def _envelope_fields(row: StructType) -> list[StructField]:
+    nullable_row = StructType([StructField(f.name, f.dataType, True) for f in row.fields])
+    return [StructField("before", nullable_row), StructField("after", nullable_row),
+            StructField("op", StringType()), StructField("ts_ms", LongType()),
+            StructField("source", MapType(StringType(), StringType()))]
+
+
+def _parse_schema(row: StructType) -> StructType:
+    fields = _envelope_fields(row)
+    return StructType([*fields, StructField("payload", StructType(fields)),
+                       StructField(_CORRUPT, StringType())])
+
+
+def _unwrapped() -> Column:
+    """The envelope inside `payload` when there is one, else the record itself."""
+    bare = F.struct(*[F.col(f"p.{name}").alias(name)
+                      for name in ("before", "after", "op", "ts_ms", "source")])
+    return F.when(F.col("p.payload").isNotNull(), F.col("p.payload")).otherwise(bare)
+
+
+def sequence_column(cdc: Cdc, row: StructType) -> Column:
+    """The change's order: an envelope path (integers) or a row column (its own type)."""
+    name = cdc.sequence
+    if name is None:
+        return F.coalesce(F.col("e.source")["lsn"].cast("bigint"), F.col("e.ts_ms"))
+    if name == "ts_ms":
+        return F.col("e.ts_ms")
+    if name.startswith("source."):
+        return F.col("e.source")[name[len("source."):]].cast("bigint")
+    image = F.when(F.col("e.op") == DELETE, F.col("e.before")).otherwise(F.col("e.after"))
+    return image[name]
+
+
+def sequence_name(cdc: Cdc) -> str:
+    """How the sequence is named in reasons and docs."""
+    return cdc.sequence or "source.lsn (or ts_ms where there is no lsn)"
+
+
+def _failure(cdc: Cdc, row: StructType, sequence: Column) -> Column:
+    """Why a change cannot be applied, naming the field; null when it can."""
+    op = F.col("e.op")
+    checks = [
+        (F.col(_UNPARSED), F.lit("not a JSON object")),
+        (F.col(_CORRUPT).isNotNull(),
+         F.lit("malformed JSON or a value of the wrong type for the envelope or source.schema")),
+        (op.isNull(), F.lit("missing field 'op'; expected c, r, u or d")),
+        (~op.isin(*OPS), F.format_string("unknown op '%s' in field 'op'; expected c, r, u or d", op)),
+        ((op == DELETE) & F.col("e.before").isNull(),
+         F.lit("delete (op 'd') without 'before': the key is missing")),
+        ((op != DELETE) & F.col("e.after").isNull(),
+         F.format_string("op '%s' without 'after': the row is missing", op)),
+    ]
+    for key in cdc.key:
+        checks.append(((op == DELETE) & F.col("e.before")[key].isNull(),
+                       F.lit(f"delete (op 'd') without the key: before.{key} is null")))
+        checks.append(((op != DELETE) & F.col("e.after")[key].isNull(),
+                       F.format_string(f"op '%s' without the key: after.{key} is null", op)))
+    checks.append((sequence.isNull(), F.lit(f"null sequence: {sequence_name(cdc)} is missing or not "
+                                            "a whole number" if _envelope(cdc) else
+                                            f"null sequence: {cdc.sequence} is null")))
+    reason = F.lit(None).cast("string")
+    for failed, why in reversed(checks):
+        reason = F.when(failed, why).otherwise(reason)
+    return F.when(F.col(f"{RAW}.value").isNotNull(), reason).otherwise(F.lit(TOMBSTONE_REASON))
+
+
+def _envelope(cdc: Cdc) -> bool:
+    return cdc.sequence is None or cdc.sequence == "ts_ms" or cdc.sequence.startswith("source.")

@@ -1,0 +1,46 @@
+"""Which MERGE a pipeline's batch takes, and the rows it takes them from.
+
+insert_only and upsert: `merge.merge_batch`. Changes (cdc, or tombstones in an
+upsert by Kafka key): `merge_changes` (soft or hard deletes) or, with
+`target.history`, `merge_history` (SCD type 2). Each is one commit into the
+target under the txn id the caller has set.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+
+from ingest.batch import merge_changes, merge_history
+from ingest.batch.merge import MergeResult, create_table, merge_batch, table_exists, target_rows
+from ingest.batch.uid import one_per_uid
+from ingest.spec.model import Pipeline
+
+
+def applies_changes(pipeline: Pipeline) -> bool:
+    return pipeline.cdc is not None
+
+
+def batch_rows(records: DataFrame, pipeline: Pipeline) -> DataFrame:
+    """The batch's good records as the rows the MERGE takes."""
+    if pipeline.target.history:
+        return merge_history.version_rows(records, pipeline)
+    if applies_changes(pipeline):
+        return merge_changes.change_rows(records, pipeline)
+    return target_rows(one_per_uid(records, pipeline.target.mode, pipeline.target.order_by))
+
+
+def create_tables(session, pipeline: Pipeline, rows: DataFrame) -> None:
+    """The target and, with hard deletes, its delete log, if no one has made them yet.
+    Outside the txn id: a create under it would make the batch's MERGE look done."""
+    if not table_exists(session, pipeline.target):
+        create_table(session, pipeline.target, rows)
+    if applies_changes(pipeline) and pipeline.target.deletes == "hard":
+        merge_changes.create_delete_log(session, pipeline, rows)
+
+
+def merge(session, rows: DataFrame, pipeline: Pipeline, bounds: dict[str, str]) -> MergeResult:
+    if pipeline.target.history:
+        return merge_history.merge_versions(session, rows, pipeline, bounds)
+    if applies_changes(pipeline):
+        return merge_changes.merge_changes(session, rows, pipeline, bounds)
+    return merge_batch(session, rows, pipeline, bounds)

@@ -1,0 +1,159 @@
+"""Change data capture against the real broker, Spark and Delta: Debezium envelopes,
+soft and hard deletes, out-of-order changes across batches, snapshots, SCD2 history."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+from confluent_kafka import Producer
+
+from ingest.spec.model import Cdc, Uid
+from tests.integration.conftest import run_once, table, with_target
+
+ROW = "id BIGINT, name STRING, tier STRING"
+
+
+class Changes:
+    """Debezium change events for a `customers` table, keyed as Debezium keys them."""
+
+    def __init__(self, kafka, topic):
+        self.topic = topic
+        self.producer = Producer({**kafka.client_config(), "enable.idempotence": True, "acks": "all"})
+
+    def send(self, op: str, key: int, lsn: int | None, row: dict | None = None, *,
+             wrapped: bool = False, partition: int = 0, ts_ms: int = 1_700_000_000_000) -> None:
+        image = {"id": key, **(row or {})}
+        envelope = {"before": image if op == "d" else None, "after": None if op == "d" else image,
+                    "op": op, "ts_ms": ts_ms,
+                    "source": {"connector": "postgresql", "db": "shop", "table": "customers",
+                               **({"lsn": lsn} if lsn is not None else {})}}
+        value = {"schema": {"type": "struct", "name": "shop.customers.Envelope"},
+                 "payload": envelope} if wrapped else envelope
+        self.raw(json.dumps(value).encode(), key, partition)
+
+    def raw(self, value: bytes | None, key: int, partition: int = 0) -> None:
+        self.producer.produce(self.topic, key=json.dumps({"id": key}).encode(), value=value,
+                              partition=partition)
+
+    def flush(self) -> None:
+        assert self.producer.flush(30) == 0
+
+
+@pytest.fixture
+def changes(kafka, topic):
+    return Changes(kafka, topic)
+
+
+@pytest.fixture
+def cdc(pipeline):
+    """The test pipeline, reading customer changes: soft deletes unless a test says otherwise."""
+    return replace(pipeline, name="customers", source=replace(pipeline.source, schema=ROW),
+                   uid=Uid(field="id"), cdc=Cdc(key=("id",)),
+                   target=replace(pipeline.target, mode="upsert"))
+
+
+def rows(spark, pipeline, *columns):
+    found = table(spark, pipeline.target.path).orderBy("id", *(["_valid_from"] if "_valid_from" in columns else []))
+    return [tuple(r) for r in found.select("id", *columns).collect()]
+
+
+def test_inserts_updates_deletes_in_one_batch_and_across_batches(spark, changes, cdc):
+    changes.send("c", 1, 10, {"name": "ann", "tier": "a"})
+    changes.send("u", 1, 11, {"name": "ann", "tier": "b"})
+    changes.send("c", 2, 12, {"name": "bob", "tier": "a"})
+    changes.send("d", 2, 13)  # inserted and deleted in one batch
+    changes.send("c", 3, 14, {"name": "cy", "tier": "a"})
+    changes.send("u", 3, 15, {"name": "cy", "tier": "c"}, partition=1)  # same key, other partition
+    changes.flush()
+    run_once(spark, cdc)
+    assert rows(spark, cdc, "tier", "_deleted", "_sequence", "_op") == [
+        (1, "b", False, 11, "u"), (2, None, True, 13, "d"), (3, "c", False, 15, "u")]
+
+    changes.send("d", 1, 20)
+    changes.send("c", 2, 21, {"name": "bob", "tier": "z"})  # back after its delete
+    changes.send("u", 3, 22, {"name": "cy", "tier": "d"})
+    changes.send("u", 3, 23, {"name": "cy", "tier": "e"})
+    changes.flush()
+    run_once(spark, cdc)
+    assert rows(spark, cdc, "name", "tier", "_deleted", "_sequence") == [
+        (1, "ann", "b", True, 20), (2, "bob", "z", False, 21), (3, "cy", "e", False, 23)]
+
+
+@pytest.mark.parametrize("deletes", ["soft", "hard"])
+def test_a_delete_before_the_older_update_does_not_resurrect(spark, changes, cdc, deletes):
+    cdc = with_target(cdc, deletes=deletes)
+    changes.send("c", 1, 10, {"name": "ann", "tier": "a"})
+    changes.send("c", 2, 11, {"name": "bob", "tier": "a"})
+    changes.send("d", 1, 30)  # the delete arrives first (the batch reduces key 1 to it) ...
+    changes.flush()
+    run_once(spark, cdc)
+    changes.send("u", 1, 20, {"name": "ann", "tier": "late"})  # ... the older update after it
+    changes.send("u", 2, 21, {"name": "bob", "tier": "b"})
+    changes.flush()
+    run_once(spark, cdc)
+    if deletes == "soft":
+        assert rows(spark, cdc, "tier", "_deleted", "_sequence") == [(1, None, True, 30), (2, "b", False, 21)]
+    else:
+        assert rows(spark, cdc, "tier", "_sequence") == [(2, "b", 21)]
+        assert "_deleted" not in table(spark, cdc.target.path).columns
+        log = table(spark, cdc.target.path + "_deletes")
+        assert [(r._uid, r._sequence) for r in log.collect()] == [("1", 30)]
+
+
+def test_a_snapshot_read_after_live_changes(spark, changes, cdc):
+    changes.send("u", 1, 100, {"name": "ann", "tier": "live"})
+    changes.flush()
+    run_once(spark, cdc)
+    changes.send("r", 1, 90, {"name": "ann", "tier": "snapshot"})  # read before the live change
+    changes.send("r", 2, 90, {"name": "bob", "tier": "snapshot"})
+    changes.flush()
+    run_once(spark, cdc)
+    assert rows(spark, cdc, "tier", "_op") == [(1, "live", "u"), (2, "snapshot", "r")]
+
+
+def test_with_and_without_the_schema_wrapper_and_bad_envelopes(spark, changes, cdc):
+    changes.send("c", 1, 10, {"name": "ann", "tier": "a"}, wrapped=True)
+    changes.send("c", 2, 11, {"name": "bob", "tier": "a"})
+    changes.send("d", 2, 12, wrapped=True)
+    changes.raw(None, 2)  # Debezium's tombstone after the delete: the same delete again
+    changes.raw(json.dumps({"after": {"id": 3}, "ts_ms": 1, "source": {"lsn": 13}}).encode(), 3)
+    changes.raw(json.dumps({"op": "x", "after": {"id": 4}, "ts_ms": 1, "source": {"lsn": 14}}).encode(), 4)
+    changes.raw(json.dumps({"op": "d", "before": {"name": "no key"}, "ts_ms": 1,
+                            "source": {"lsn": 15}}).encode(), 5)
+    changes.raw(json.dumps({"op": "u", "after": {"id": 6}, "source": {}}).encode(), 6)
+    changes.raw(b'{"op": "c", "after": ', 7)
+    changes.flush()
+    reports = run_once(spark, cdc)
+    assert rows(spark, cdc, "name", "_deleted") == [(1, "ann", False), (2, "bob", True)]
+    dead = table(spark, cdc.dead_letter.path).orderBy("_offset")
+    assert [r.reason for r in dead.collect()] == [
+        "missing field 'op'; expected c, r, u or d",
+        "unknown op 'x' in field 'op'; expected c, r, u or d",
+        "delete (op 'd') without the key: before.id is null",
+        "null sequence: source.lsn (or ts_ms where there is no lsn) is missing or not a whole number",
+        "malformed JSON or a value of the wrong type for the envelope or source.schema"]
+    assert sum(r.summary.by_stage["filtered"] for r in reports) == 1  # the tombstone, counted
+
+
+def test_scd2_history_with_exact_validity(spark, changes, cdc):
+    cdc = with_target(cdc, history=True)
+    changes.send("c", 1, 10, {"name": "ann", "tier": "a"})
+    changes.send("u", 1, 20, {"name": "ann", "tier": "b"})
+    changes.send("c", 2, 15, {"name": "bob", "tier": "a"})
+    changes.flush()
+    run_once(spark, cdc)
+    changes.send("u", 1, 40, {"name": "ann", "tier": "d"})
+    changes.send("d", 2, 50)
+    changes.send("u", 1, 30, {"name": "ann", "tier": "c"})  # late: slots in between 20 and 40
+    changes.send("u", 2, 45, {"name": "bob", "tier": "late"})  # late, before the delete
+    changes.flush()
+    run_once(spark, cdc)
+    changes.send("u", 1, 20, {"name": "ann", "tier": "b"}, partition=0)  # a re-sent change
+    changes.flush()
+    run_once(spark, cdc)
+    assert rows(spark, cdc, "tier", "_valid_from", "_valid_to", "_current", "_deleted") == [
+        (1, "a", 10, 20, False, False), (1, "b", 20, 30, False, False), (1, "c", 30, 40, False, False),
+        (1, "d", 40, None, True, False),
+        (2, "a", 15, 45, False, False), (2, "late", 45, 50, False, False), (2, None, 50, None, False, True)]

@@ -1,0 +1,130 @@
+"""cdc, target.deletes, target.history and uid.key: defaults, rules and their file:line:path errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from ingest.errors import SpecErrors
+from ingest.spec.loader import load_text, to_document, to_yaml
+from ingest.spec.model import Cdc, Uid
+from ingest.spec.settings import Settings
+
+ENVIRON = {"KAFKA_BOOTSTRAP": "b:9092"}
+SETTINGS = Settings(env="test", conf_file="conf/test.yaml", found=True, vars={},
+                    secret_names=frozenset())
+
+CDC = """\
+name: customers_cdc
+source:
+  kafka:
+    bootstrap_servers: ${KAFKA_BOOTSTRAP}
+    topics: [db.public.customers]
+  schema: "id BIGINT, name STRING, email STRING, updated_at TIMESTAMP"
+cdc:
+  key: [id]
+target:
+  path: /data/tables/customers
+checkpoint: /data/checkpoints/customers
+"""
+
+TOMBSTONES = """\
+name: latest
+source:
+  kafka:
+    bootstrap_servers: ${KAFKA_BOOTSTRAP}
+    topics: [latest]
+  schema: "name STRING, ts TIMESTAMP"
+uid:
+  key: true
+target:
+  path: /data/tables/latest
+  mode: upsert
+  order_by: ts
+  deletes: hard
+checkpoint: /data/checkpoints/latest
+"""
+
+
+def load(text: str):
+    return load_text(text, "p.yaml", environ=ENVIRON, settings=SETTINGS)
+
+
+def problems(text: str) -> list[tuple[str, int, str, str]]:
+    with pytest.raises(SpecErrors) as caught:
+        load(text)
+    return [(p.code, p.line, p.path, p.message) for p in caught.value.problems]
+
+
+def test_cdc_defaults_upsert_soft_deletes_and_the_key_as_uid():
+    pipeline = load(CDC)
+    assert pipeline.cdc == Cdc(key=("id",), format="debezium", sequence=None)
+    assert (pipeline.target.mode, pipeline.target.deletes, pipeline.target.history) == \
+        ("upsert", "soft", False)
+    assert pipeline.uid == Uid(field="id")
+
+
+def test_a_compound_key_is_hashed_like_uid_fields():
+    pipeline = load(CDC.replace("key: [id]", "key: [id, email]\n  sequence: source.lsn"))
+    assert pipeline.uid == Uid(fields=("id", "email"))
+    assert pipeline.cdc.sequence == "source.lsn"
+
+
+def test_round_trip_through_yaml_keeps_cdc_and_deletes():
+    for text in (CDC.replace("path: /data/tables/customers",
+                             "path: /data/tables/customers\n  deletes: soft\n  history: true"),
+                 TOMBSTONES):
+        pipeline = load(text)
+        assert load(to_yaml(to_document(pipeline))) == pipeline
+
+
+def test_uid_key_true_with_tombstone_deletes():
+    pipeline = load(TOMBSTONES)
+    assert pipeline.uid.kind == "key"
+    assert (pipeline.target.mode, pipeline.target.deletes) == ("upsert", "hard")
+
+
+def test_cdc_rules_each_with_line_and_path():
+    text = CDC.replace("cdc:\n  key: [id]", "cdc:\n  key: [id]\n  sequence: version") \
+              .replace("path: /data/tables/customers",
+                       "path: /data/tables/customers\n  mode: insert_only\n  order_by: updated_at") \
+              + "uid:\n  field: id\n"
+    found = problems(text)
+    assert [p[:3] for p in found] == [("cdc_rules", 12, "target.mode"),
+                                      ("cdc_rules", 13, "target.order_by"), ("cdc_rules", 15, "uid")]
+    assert "expected upsert" in found[0][3]
+    sequence = problems(CDC.replace("cdc:\n  key: [id]", "cdc:\n  key: [id]\n  sequence: version"))
+    assert sequence[0][:3] == ("bad_column", 9, "cdc.sequence")
+    assert "'version' is not a column of the payload" in sequence[0][3]
+
+
+def test_bad_cdc_values():
+    text = CDC.replace("cdc:\n  key: [id]", "cdc:\n  format: maxwell\n  key: [idd]\n  sequence: 'source.'")
+    found = problems(text)
+    assert [(code, line, path) for code, line, path, _ in found] == [
+        ("bad_enum", 8, "cdc.format"), ("bad_value", 10, "cdc.sequence")]
+    assert "expected debezium" in found[0][3]
+    missing_key = problems(CDC.replace("  key: [id]", "  sequence: ts_ms"))
+    assert missing_key[0][:3] == ("missing_key", 7, "cdc.key")
+
+
+def test_an_unknown_key_column_is_named():
+    found = problems(CDC.replace("key: [id]", "key: [idd]"))
+    assert found[0][:3] == ("bad_column", 8, "cdc.key[0]")
+    assert "did you mean 'id'?" in found[0][3]
+
+
+def test_deletes_and_history_need_what_deletes():
+    no_key = TOMBSTONES.replace("uid:\n  key: true", "uid:\n  header: message-id")
+    assert problems(no_key)[0][:3] == ("cdc_rules", 13, "target.deletes")
+    history = TOMBSTONES.replace("deletes: hard", "history: true")
+    assert problems(history)[0][:3] == ("cdc_rules", 13, "target.history")
+    bad = CDC.replace("path: /data/tables/customers", "path: /data/tables/customers\n  deletes: gone")
+    found = problems(bad)
+    assert found[0][:3] == ("bad_enum", 11, "target.deletes")
+    assert "expected soft or hard" in found[0][3]
+
+
+def test_change_columns_are_reserved_with_cdc():
+    found = problems(CDC.replace("updated_at TIMESTAMP", "updated_at TIMESTAMP, _deleted BOOLEAN"))
+    assert found[0][:3] == ("bad_column", 6, "source.schema")
+    assert "_deleted" in found[0][3]
