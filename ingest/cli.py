@@ -788,20 +788,26 @@ def verify_command(args) -> int:
     pipeline = read_pipeline(args.file, settings=load_settings(args.env, args.conf_dir)).pipeline
     _need_spark()
     from ingest.audit.verify import verify
+    from ingest.audit.verify_changes import verify_changes
     from ingest.errors import IngestError
     from ingest.platform.session import get_session
 
+    report: Any
     try:
-        if is_per_topic(pipeline):
+        if pipeline.cdc is not None:
+            report = verify_changes(get_session("ingest-verify"), pipeline)
+        elif is_per_topic(pipeline):
             from ingest.audit.per_table import verify_per_table
 
-            report: Any = verify_per_table(get_session("ingest-verify"), pipeline)
+            report = verify_per_table(get_session("ingest-verify"), pipeline)
         else:
             report = verify(get_session("ingest-verify"), pipeline)
     except IngestError as error:  # broker down or refusing us
         print(f"error: {mask(str(error), pipeline.secret_values)}", file=sys.stderr)
         return CHECK_FAILED
     render = (lambda r: render_per_table(r, render_verify)) if is_per_topic(pipeline) else render_verify
+    if pipeline.cdc is not None:
+        render = render_verify_changes
     text = _json(report.to_dict()) if args.json else render(report)
     print(mask(text, pipeline.secret_values))
     return OK if report.ok else CHECK_FAILED
@@ -850,6 +856,19 @@ def render_per_table(report, render_one) -> str:
     for one in report.tables:
         lines.append(f"\n[{one.table}] topics {', '.join(one.topics)}")
         lines.append(render_one(one.report))
+    return "\n".join(lines)
+
+
+def render_verify_changes(report) -> str:
+    r = report
+    figures = [("changes", r.changes, "good envelopes up to the end offsets in the Delta log"),
+               ("keys", r.keys, f"{r.live} live, {r.deleted} deleted by their last change"),
+               ("differing keys", r.differing, "the table does not hold the last change")]
+    lines = [f"verify {r.pipeline}: {'OK' if r.ok else 'FAILED'}"]
+    lines += [f"  {name:<20}{value:>10}  {note}".rstrip() for name, value, note in figures]
+    if r.examples:
+        lines.append(f"differing keys (first {len(r.examples)} of {r.differing}):")
+        lines += [f"  {e.uid}: expected {e.expected}, found {e.found}" for e in r.examples]
     return "\n".join(lines)
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import textwrap
 
-from ingest.batch import ledger
+from ingest.batch import ledger, merge_mode
+from ingest.batch.cdc import sequence_name
 from ingest.batch.merge_condition import merge_condition, upsert_condition
 from ingest.kafka.source import kafka_options
 from ingest.spec import template
@@ -83,6 +84,10 @@ def _target(pipeline: Pipeline) -> str:
     target = pipeline.target
     rule = ("the first copy of a uid wins" if target.mode == "insert_only" else
             f"the latest {target.order_by} wins (ties: the later Kafka position)")
+    if pipeline.cdc is not None:
+        rule = (f"each key ends as its last change by {sequence_name(pipeline.cdc)} (ties: the later "
+                f"partition, then offset); deletes {target.deletes}"
+                + (", every version kept (SCD2)" if target.history else ""))
     lines = [_where(target.path, target.table), f"mode {target.mode}: {rule}",
              f"uid: {_uid_text(pipeline)} -> _uid"]
     if target.partition_by:
@@ -145,6 +150,9 @@ def _transactions(pipeline: Pipeline) -> str:
 def _merge(pipeline: Pipeline) -> str:
     target = pipeline.target
     into = f"delta.`{target.path}`" if target.path else target.table
+    if merge_mode.applies_changes(pipeline):
+        return "\n".join([f"MERGE WITH SCHEMA EVOLUTION INTO {into} AS t",
+                          *merge_mode.merge_text(pipeline, merge_condition(pipeline, None))])
     lines = [f"MERGE WITH SCHEMA EVOLUTION INTO {into} AS t",
              "USING (the batch, one row per _uid) AS s",
              f"ON {merge_condition(pipeline, None)}"]

@@ -65,6 +65,19 @@ def merge_changes(session, rows: DataFrame, pipeline: Pipeline, bounds: dict[str
     return _merge(delta_table(session, pipeline.target), rows, condition, hard=False)
 
 
+def clauses(hard: bool) -> list[str]:
+    """The MERGE's WHEN clauses as SQL, for `ingest plan`; `_merge` builds the same."""
+    is_later, is_delete = later("s", "t"), f"s.{OP} = '{DELETE}'"
+    if hard:
+        return [f"WHEN MATCHED AND {is_delete} AND {is_later} THEN DELETE",
+                f"WHEN MATCHED AND {is_later} THEN UPDATE SET *",
+                f"WHEN NOT MATCHED AND s.{OP} <> '{DELETE}' THEN INSERT *"]
+    return [f"WHEN MATCHED AND {is_delete} AND {is_later} THEN UPDATE SET "
+            + ", ".join(f"{c} = s.{c}" for c in _DELETE_SET),
+            f"WHEN MATCHED AND {is_later} THEN UPDATE SET *",
+            "WHEN NOT MATCHED THEN INSERT *"]
+
+
 def _merge(table, rows: DataFrame, condition: str, hard: bool) -> MergeResult:
     is_later, is_delete = later("s", "t"), f"s.{OP} = '{DELETE}'"
     builder = table.alias("t").merge(rows.alias("s"), condition).withSchemaEvolution()

@@ -48,14 +48,21 @@ def _intervals(versions: DataFrame) -> DataFrame:
             .withColumn(CURRENT, F.col(VALID_TO).isNull() & ~F.col(DELETED)))
 
 
+CHANGED = (f"NOT (t.{VALID_TO} <=> s.{VALID_TO}) OR t.{CURRENT} <> s.{CURRENT} "
+           "OR struct(t._topic, t._partition, t._offset) <> struct(s._topic, s._partition, s._offset)")
+
+
+def clauses() -> list[str]:
+    """The MERGE's WHEN clauses as SQL, for `ingest plan`."""
+    return [f"WHEN MATCHED AND ({CHANGED}) THEN UPDATE SET *", "WHEN NOT MATCHED THEN INSERT *"]
+
+
 def merge_versions(session, rows: DataFrame, pipeline: Pipeline, bounds: dict[str, str]) -> MergeResult:
     table = delta_table(session, pipeline.target)
     timeline = _timeline(table.toDF(), rows, bounds)
     condition = f"{merge_condition(pipeline, bounds)} AND t.{VALID_FROM} = s.{VALID_FROM}"
-    changed = (f"NOT (t.{VALID_TO} <=> s.{VALID_TO}) OR t.{CURRENT} <> s.{CURRENT} "
-               "OR struct(t._topic, t._partition, t._offset) <> struct(s._topic, s._partition, s._offset)")
     metrics = (table.alias("t").merge(timeline.alias("s"), condition).withSchemaEvolution()
-               .whenMatchedUpdateAll(condition=changed)
+               .whenMatchedUpdateAll(condition=CHANGED)
                .whenNotMatchedInsertAll().execute().collect())
     row = metrics[0].asDict() if metrics else {}
     return MergeResult(inserted=int(row.get("num_inserted_rows") or 0),

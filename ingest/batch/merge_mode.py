@@ -44,3 +44,15 @@ def merge(session, rows: DataFrame, pipeline: Pipeline, bounds: dict[str, str]) 
     if applies_changes(pipeline):
         return merge_changes.merge_changes(session, rows, pipeline, bounds)
     return merge_batch(session, rows, pipeline, bounds)
+
+
+def merge_text(pipeline: Pipeline, condition: str) -> list[str]:
+    """USING, ON and the WHEN clauses of the batch's MERGE, for `ingest plan`."""
+    if pipeline.target.history:
+        return ["USING (the batch's versions with the target's versions of its keys, intervals "
+                "recomputed) AS s", f"ON {condition} AND t._valid_from = s._valid_from",
+                *merge_history.clauses()]
+    using = "USING (the batch, each key's last change by _sequence, partition, offset) AS s"
+    if pipeline.target.deletes == "hard":
+        using = using[:-6] + ", minus changes older than the delete log's entry for their key) AS s"
+    return [using, f"ON {condition}", *merge_changes.clauses(pipeline.target.deletes == "hard")]

@@ -597,13 +597,12 @@ def _cdc_target_rules(c: Check, mode: str | None, target: dict) -> None:
 
 
 def _deletes_rules(c: Check, top: dict, uid: Uid, target: Target) -> None:
-    """deletes: with cdc, or a tombstone in upsert with uid key; history: with cdc only."""
+    """deletes and history: with cdc only."""
     raw = top.get("target") or {}
     with_cdc = "cdc" in top
-    if raw.get("deletes") is not None and not with_cdc and not (target.mode == "upsert" and uid.key):
-        c.add("cdc_rules", "target.deletes", "nothing can delete without cdc, or mode upsert with "
-              "uid: {key: true} (where a tombstone deletes its key); expected one of those, or no "
-              "deletes")
+    if raw.get("deletes") is not None and not with_cdc:
+        c.add("cdc_rules", "target.deletes", "only cdc changes delete (a tombstone delete by "
+              "uid: {key: true} is not supported yet); expected a cdc section, or no deletes")
     if target.history and not with_cdc:
         c.add("cdc_rules", "target.history", "history (SCD type 2) keeps the versions of cdc "
               "changes; expected a cdc section, or no history")
@@ -842,8 +841,8 @@ def to_document(pipeline: Pipeline) -> dict:
 
 
 def deletes_apply(pipeline: Pipeline) -> bool:
-    """Whether anything in this pipeline deletes: cdc, or a tombstone in upsert by Kafka key."""
-    return pipeline.cdc is not None or (pipeline.target.mode == "upsert" and pipeline.uid.key)
+    """Whether anything in this pipeline deletes: only cdc changes do."""
+    return pipeline.cdc is not None
 
 
 def _kafka_document(kafka: KafkaSource) -> dict:

@@ -46,6 +46,32 @@ class Sender:
         (txn.commit_transaction if commit else txn.abort_transaction)(30)
 
 
+class DebeziumChanges:
+    """Debezium change events for a `customers` table, keyed as Debezium keys them."""
+
+    def __init__(self, kafka, topic):
+        self.topic = topic
+        self.producer = Producer({**kafka.client_config(), "enable.idempotence": True, "acks": "all"})
+
+    def send(self, op: str, key: int, lsn: int | None, row: dict | None = None, *,
+             wrapped: bool = False, partition: int = 0, ts_ms: int = 1_700_000_000_000) -> None:
+        image = {"id": key, **(row or {})}
+        envelope = {"before": image if op == "d" else None, "after": None if op == "d" else image,
+                    "op": op, "ts_ms": ts_ms,
+                    "source": {"connector": "postgresql", "db": "shop", "table": "customers",
+                               **({"lsn": lsn} if lsn is not None else {})}}
+        value = {"schema": {"type": "struct", "name": "shop.customers.Envelope"},
+                 "payload": envelope} if wrapped else envelope
+        self.raw(json.dumps(value).encode(), key, partition)
+
+    def raw(self, value: bytes | None, key: int, partition: int = 0) -> None:
+        self.producer.produce(self.topic, key=json.dumps({"id": key}).encode(), value=value,
+                              partition=partition)
+
+    def flush(self) -> None:
+        assert self.producer.flush(30) == 0
+
+
 @pytest.fixture
 def sender(kafka, topic):
     return Sender(kafka, topic)

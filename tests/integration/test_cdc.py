@@ -7,43 +7,21 @@ import json
 from dataclasses import replace
 
 import pytest
-from confluent_kafka import Producer
 
 from ingest.spec.model import Cdc, Uid
-from tests.integration.conftest import run_once, table, with_target
+from tests.integration.conftest import DebeziumChanges, table, with_target
+from tests.integration.conftest import run_once as run_to_end
 
 ROW = "id BIGINT, name STRING, tier STRING"
 
 
-class Changes:
-    """Debezium change events for a `customers` table, keyed as Debezium keys them."""
-
-    def __init__(self, kafka, topic):
-        self.topic = topic
-        self.producer = Producer({**kafka.client_config(), "enable.idempotence": True, "acks": "all"})
-
-    def send(self, op: str, key: int, lsn: int | None, row: dict | None = None, *,
-             wrapped: bool = False, partition: int = 0, ts_ms: int = 1_700_000_000_000) -> None:
-        image = {"id": key, **(row or {})}
-        envelope = {"before": image if op == "d" else None, "after": None if op == "d" else image,
-                    "op": op, "ts_ms": ts_ms,
-                    "source": {"connector": "postgresql", "db": "shop", "table": "customers",
-                               **({"lsn": lsn} if lsn is not None else {})}}
-        value = {"schema": {"type": "struct", "name": "shop.customers.Envelope"},
-                 "payload": envelope} if wrapped else envelope
-        self.raw(json.dumps(value).encode(), key, partition)
-
-    def raw(self, value: bytes | None, key: int, partition: int = 0) -> None:
-        self.producer.produce(self.topic, key=json.dumps({"id": key}).encode(), value=value,
-                              partition=partition)
-
-    def flush(self) -> None:
-        assert self.producer.flush(30) == 0
+def run_once(spark, pipeline):
+    return run_to_end(spark, pipeline, timeout=900)  # generous: a shared 2-core machine is slow
 
 
 @pytest.fixture
 def changes(kafka, topic):
-    return Changes(kafka, topic)
+    return DebeziumChanges(kafka, topic)
 
 
 @pytest.fixture
@@ -157,3 +135,25 @@ def test_scd2_history_with_exact_validity(spark, changes, cdc):
         (1, "a", 10, 20, False, False), (1, "b", 20, 30, False, False), (1, "c", 30, 40, False, False),
         (1, "d", 40, None, True, False),
         (2, "a", 15, 45, False, False), (2, "late", 45, 50, False, False), (2, None, 50, None, False, True)]
+
+
+def test_verify_finds_a_key_the_table_got_wrong(spark, changes, cdc):
+    from delta.tables import DeltaTable
+
+    from ingest.audit.verify_changes import verify_changes
+
+    cdc = with_target(cdc, deletes="hard")
+    changes.send("c", 1, 10, {"name": "ann", "tier": "a"})
+    changes.send("c", 2, 11, {"name": "bob", "tier": "a"})
+    changes.send("d", 2, 12)
+    changes.send("c", 3, 13, {"name": "cy", "tier": "a"})
+    changes.flush()
+    run_once(spark, cdc)
+    report = verify_changes(spark, cdc)
+    assert (report.ok, report.changes, report.keys, report.live, report.deleted) == (True, 4, 3, 2, 1)
+
+    DeltaTable.forPath(spark, cdc.target.path).update("id = 3", {"tier": "'x'"})
+    report = verify_changes(spark, cdc)
+    assert (report.ok, report.differing) == (False, 1)
+    assert report.examples[0].uid == "3" and '"tier":"a"' in report.examples[0].expected
+    assert '"tier":"x"' in report.examples[0].found

@@ -1,0 +1,61 @@
+"""The crash harness's idea on a CDC pipeline: SIGKILL between the Delta commit and
+the checkpoint commit, restart, and the table is the one an uninterrupted run makes."""
+
+from __future__ import annotations
+
+import json
+import random
+
+from confluent_kafka import Producer
+
+from tests.integration.processes import IngestProcess, write_pipeline
+
+KEYS = 12
+
+
+def produce_changes(kafka, topic, seed: int = 7) -> None:
+    """Inserts, updates and deletes of a few keys, some out of order, over both partitions."""
+    rng = random.Random(seed)
+    producer = Producer({**kafka.client_config(), "enable.idempotence": True, "acks": "all"})
+    for lsn in range(1, 121):
+        key = rng.randrange(KEYS)
+        op = "d" if rng.random() < 0.2 else rng.choice("cu")
+        sequence = lsn - 5 if rng.random() < 0.1 else lsn  # now and then a late change
+        image = {"id": key, "name": f"n{key}", "tier": f"t{lsn}"}
+        envelope = {"before": image if op == "d" else None, "after": None if op == "d" else image,
+                    "op": op, "ts_ms": 1_700_000_000_000 + lsn, "source": {"lsn": sequence}}
+        producer.produce(topic, key=json.dumps({"id": key}).encode(), value=json.dumps(envelope).encode(),
+                         partition=key % 2)
+    assert producer.flush(30) == 0
+
+
+def cdc_pipeline(folder, topic, name):
+    return write_pipeline(folder, topic, name=name,
+                          source={"kafka": {"bootstrap_servers": "${KAFKA_BOOTSTRAP}", "topics": [topic],
+                                            "max_offsets_per_trigger": 25},
+                                  "format": "json", "schema": "id BIGINT, name STRING, tier STRING"},
+                          uid=None, cdc={"key": ["id"]},
+                          target={"path": str(folder / "tables" / name), "deletes": "hard"})
+
+
+def contents(spark, path):
+    rows = spark.read.format("delta").load(path).drop("_ingested_at")
+    return sorted(tuple(r) for r in rows.collect())
+
+
+def test_a_kill_between_the_delta_and_the_checkpoint_commit_changes_nothing(spark, kafka, topic, tmp_path):
+    produce_changes(kafka, topic)
+    log = tmp_path / "runs.log"
+    crashed = cdc_pipeline(tmp_path, topic, "crashed")
+    for fault in ("after_target_commit:batch=1", "during_merge:batch=3:after_ms=200"):
+        run = IngestProcess(crashed, kafka.bootstrap, log, fault=fault)
+        assert run.wait(timeout=900) == -9, f"{fault} did not kill the run:\n{run.output()[-3000:]}"
+    assert IngestProcess(crashed, kafka.bootstrap, log).wait(timeout=900) == 0, log.read_text()[-3000:]
+    straight = cdc_pipeline(tmp_path, topic, "straight")
+    assert IngestProcess(straight, kafka.bootstrap, log).wait(timeout=900) == 0, log.read_text()[-3000:]
+
+    expected = contents(spark, str(tmp_path / "tables" / "straight"))
+    assert 0 < len(expected) < KEYS  # some keys end deleted
+    assert contents(spark, str(tmp_path / "tables" / "crashed")) == expected
+    assert contents(spark, str(tmp_path / "tables" / "crashed_deletes")) == \
+        contents(spark, str(tmp_path / "tables" / "straight_deletes"))
