@@ -124,8 +124,9 @@ def _after_logged_deletes(session, rows: DataFrame, pipeline: Pipeline,
         logged = logged.where(F.col(UID).between(bounds["uid_min"], bounds["uid_max"]))
     logged = logged.select(*[F.col(c).alias(f"__log{c}") for c in (UID, SEQUENCE, "_partition", "_offset")])
     joined = rows.join(logged, rows[UID] == logged[f"__log{UID}"], "left")
+    # struct comparison needs the same field names on both sides
     newer = (F.struct(SEQUENCE, "_partition", "_offset")
-             > F.struct(f"__log{SEQUENCE}", "__log_partition", "__log_offset"))
+             > F.struct(*[F.col(f"__log{c}").alias(c) for c in (SEQUENCE, "_partition", "_offset")]))
     keep = (F.col(OP) == DELETE) | F.col(f"__log{UID}").isNull() | newer
     return joined.where(keep).select(*rows.columns)
 

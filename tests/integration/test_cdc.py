@@ -104,7 +104,8 @@ def test_with_and_without_the_schema_wrapper_and_bad_envelopes(spark, changes, c
     changes.raw(b'{"op": "c", "after": ', 7)
     changes.flush()
     reports = run_once(spark, cdc)
-    assert rows(spark, cdc, "name", "_deleted") == [(1, "ann", False), (2, "bob", True)]
+    # key 2's create and delete reduce to the delete, whose before image holds the key only
+    assert rows(spark, cdc, "name", "_deleted") == [(1, "ann", False), (2, None, True)]
     dead = table(spark, cdc.dead_letter.path).orderBy("_offset")
     assert [r.reason for r in dead.collect()] == [
         "missing field 'op'; expected c, r, u or d",
