@@ -23,7 +23,8 @@ from ingest.batch.cdc import DELETE, OP, SEQUENCE, decode_envelope
 from ingest.batch.decode import STAGE
 from ingest.batch.merge import table_exists
 from ingest.batch.processor import payload_schema
-from ingest.batch.uid import UID, one_per_uid, with_uid
+from ingest.batch.merge_changes import last_changes
+from ingest.batch.uid import UID, with_uid
 from ingest.kafka import admin as kafka_admin
 from ingest.spec.model import Pipeline
 
@@ -86,7 +87,7 @@ def _row_columns(frame: DataFrame) -> list[str]:
 
 
 def _expected(changes: DataFrame, pipeline: Pipeline) -> DataFrame:
-    last = one_per_uid(changes, "upsert", SEQUENCE)
+    last = last_changes(changes)
     return last.select(UID, *[F.col(f"`{c}`") for c in _row_columns(changes)], SEQUENCE,
                        (F.col(OP) == DELETE).alias("__deleted"))
 

@@ -23,13 +23,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from ingest.batch.cdc import DELETE, OP, SEQUENCE
 from ingest.batch.merge import MergeResult, create_table, delta_table, table_exists, target_rows
 from ingest.batch.merge_condition import merge_condition
-from ingest.batch.uid import UID, one_per_uid
+from ingest.batch.decode import RAW
+from ingest.batch.uid import UID
 from ingest.spec.model import Pipeline, Target
 
 DELETED = "_deleted"
@@ -47,9 +48,16 @@ def later(newer: str, older: str) -> str:
             f"struct({older}._sequence, {older}._partition, {older}._offset)")
 
 
+def last_changes(records: DataFrame) -> DataFrame:
+    """Each key's last change by (`_sequence`, partition, offset): the order `later` uses."""
+    last = Window.partitionBy(UID).orderBy(F.col(SEQUENCE).desc(), F.col(f"{RAW}.partition").desc(),
+                                           F.col(f"{RAW}.offset").desc())
+    return records.withColumn("__rank", F.row_number().over(last)).where(F.col("__rank") == 1).drop("__rank")
+
+
 def change_rows(records: DataFrame, pipeline: Pipeline) -> DataFrame:
     """Each key's last change in the batch, as target rows (soft: with `_deleted`)."""
-    rows = target_rows(one_per_uid(records, "upsert", SEQUENCE))
+    rows = target_rows(last_changes(records))
     if pipeline.target.deletes == "soft":
         rows = rows.withColumn(DELETED, F.col(OP) == DELETE)
     return rows
