@@ -22,8 +22,8 @@ from ingest.batch import ledger, transform
 from ingest.batch.cdc import DELETE, OP, SEQUENCE, decode_envelope
 from ingest.batch.decode import STAGE
 from ingest.batch.merge import table_exists
-from ingest.batch.processor import payload_schema
 from ingest.batch.merge_changes import last_changes
+from ingest.batch.processor import payload_schema
 from ingest.batch.uid import UID, with_uid
 from ingest.kafka import admin as kafka_admin
 from ingest.spec.model import Pipeline

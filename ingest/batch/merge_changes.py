@@ -27,9 +27,9 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from ingest.batch.cdc import DELETE, OP, SEQUENCE
+from ingest.batch.decode import RAW
 from ingest.batch.merge import MergeResult, create_table, delta_table, table_exists, target_rows
 from ingest.batch.merge_condition import merge_condition
-from ingest.batch.decode import RAW
 from ingest.batch.uid import UID
 from ingest.spec.model import Pipeline, Target
 
