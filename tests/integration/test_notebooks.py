@@ -2,7 +2,6 @@
 
 import ast
 import os
-import uuid
 from pathlib import Path
 
 import nbformat
@@ -10,7 +9,6 @@ import pytest
 from nbclient import NotebookClient
 
 from ingest.notebook import demo_tables
-from tests.integration.conftest import DebeziumChanges, run_once
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("*.ipynb"))
 PUBLIC_MODULES = {"ingest.notebook", "ingest.kafka.produce"}
@@ -20,9 +18,9 @@ def code_cells(path):
     return [cell for cell in nbformat.read(path, as_version=4).cells if cell.cell_type == "code"]
 
 
-def test_there_are_five_notebooks():
+def test_there_are_four_notebooks():
     assert [p.stem for p in NOTEBOOKS] == ["01_explore", "02_trace_a_row", "03_dead_letters",
-                                          "04_batches_chart", "05_history"]
+                                          "04_batches_chart"]
 
 
 def test_demo_tables_from_data_root_or_the_nearest_demo_folder(tmp_path, monkeypatch):
@@ -76,38 +74,8 @@ def test_committed_executed_and_public_imports_only(path):
 
 
 @pytest.fixture(scope="module")
-def customers_history(demo_run, spark, kafka):
-    """For 05_history: a CDC table with SCD2 history beside the demo's, made by
-    pipelines/customers_cdc.yaml's settings in three batches, one change arriving late."""
-    from ingest.kafka.local_broker import create_topic
-    from ingest.spec.model import Cdc, DeadLetter, KafkaSource, Pipeline, Source, Target, Uid
-
-    topic = f"notebook-customers-{uuid.uuid4().hex[:8]}"
-    create_topic(kafka.client_config(), topic, partitions=2)
-    root = demo_run.root
-    pipeline = Pipeline(
-        name="customers_cdc",
-        source=Source(KafkaSource(bootstrap_servers=kafka.bootstrap, topics=(topic,)), "json",
-                      "id BIGINT, name STRING, email STRING, tier STRING"),
-        uid=Uid(field="id"), cdc=Cdc(key=("id",), sequence="source.lsn"),
-        target=Target(path=str(root / "tables" / "customers_cdc"), mode="upsert", history=True),
-        checkpoint=str(root / "checkpoints" / "customers_cdc"),
-        dead_letter=DeadLetter(path=str(root / "dead_letter" / "customers_cdc")))
-    changes = DebeziumChanges(kafka, topic)
-    batches = [[("c", 1, 10, "bronze"), ("c", 2, 11, "bronze"), ("c", 3, 12, "silver")],
-               [("u", 1, 20, "silver"), ("u", 1, 40, "platinum"), ("d", 2, 30, None)],
-               [("u", 1, 30, "gold"), ("u", 3, 50, "gold")]]  # 1@30 is late: slots in before 40
-    for batch in batches:
-        for op, key, lsn, tier in batch:
-            changes.send(op, key, lsn, {"name": f"customer {key}", "tier": tier})
-        changes.flush()
-        run_once(spark, pipeline)
-    return pipeline.target.path
-
-
-@pytest.fixture(scope="module")
-def kernel(demo_run, customers_history):
-    """One kernel (so one Spark JVM) for the five notebooks; each starts with %reset -f,
+def kernel(demo_run):
+    """One kernel (so one Spark JVM) for the four notebooks; each starts with %reset -f,
     so none can lean on another's names. Kernel "python3" with argv[0] "python" runs
     this interpreter (jupyter_client)."""
     from jupyter_client.manager import KernelManager
