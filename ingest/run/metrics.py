@@ -153,7 +153,8 @@ class Metrics:
     def _refresh(self, w: _Watched) -> None:
         f, name = w.families, w.pipeline.name
         marks = kafka_admin.watermarks(w.pipeline.source.kafka, timeout=10)
-        positions, lags = {}, {}
+        positions: dict = {}
+        lags: dict = {}
         for topic, parts in marks.items():
             for partition, (low, end) in parts.items():
                 at = max(low, w.committed.get(topic, {}).get(partition, low))

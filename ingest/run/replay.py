@@ -78,7 +78,8 @@ def resolve_range(spark, pipeline: Pipeline, from_ms: int | None = None, to_ms: 
     else:
         start = kafka_admin.offsets_for_time(kafka, parts, from_ms)
     until = kafka_admin.offsets_for_time(kafka, parts, to_ms) if to_ms is not None else {}
-    begin, end = {}, {}
+    begin: dict = {}
+    end: dict = {}
     for topic, ps in parts.items():
         for p in ps:
             low, high = marks[topic][p]
@@ -114,7 +115,12 @@ def replay(spark, pipeline: Pipeline, span: ReplayRange,
     done = _Checkpoint(spark, checkpoint, ident)
     processor = BatchProcessor(replaying, payload_schema(spark, pipeline))
     reports: list[BatchReport] = []
-    processor.on_report = lambda report: (reports.append(report), on_report(report))
+
+    def reported(report: BatchReport) -> None:
+        reports.append(report)
+        on_report(report)
+
+    processor.on_report = reported
     dead = _dead_letter_offsets(spark, pipeline)
     for number, (start, end) in enumerate(chunks(span, pipeline.source.kafka.max_offsets_per_trigger
                                                  or DEFAULT_CHUNK)):

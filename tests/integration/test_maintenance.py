@@ -21,7 +21,8 @@ def small_batches(pipeline, per_batch=10):
 
 def test_optimize_every_compacts_between_batches_and_maintain_reports_files(
         spark, kafka, topic, pipeline, tmp_path, capsys, monkeypatch):
-    pipeline = replace(small_batches(pipeline), operations=Operations(maintenance=Maintenance(optimize_every_batches=3)))
+    maintenance = Maintenance(optimize_every_batches=3)
+    pipeline = replace(small_batches(pipeline), operations=Operations(maintenance=maintenance))
     send(kafka, topic, [f"a{i}" for i in range(25)], partition=0)
     send(kafka, topic, [f"b{i}" for i in range(25)], partition=1)
     send(kafka, topic, ["bad"], partition=1, value=b"not json")

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from urllib.request import urlopen
+
 from confluent_kafka import ConsumerGroupTopicPartitions
 from confluent_kafka.admin import AdminClient
 from prometheus_client.parser import text_string_to_metric_families
-from urllib.request import urlopen
 
 from ingest.batch import ledger
 from ingest.kafka.local_broker import free_port
