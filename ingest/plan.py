@@ -128,7 +128,8 @@ def _trigger_text(pipeline: Pipeline) -> str:
 def _dead_letter(pipeline: Pipeline) -> str:
     dead = pipeline.dead_letter
     return (f"{_where(dead.path, dead.table)}\n"
-            "records that fail decode, transform or uid, with their raw key, value and headers")
+            "records that fail decode, transform or uid, with their raw key, value and headers,\n"
+            "merged on (pipeline, topic, partition, offset) under the same txn id")
 
 
 def _transactions(pipeline: Pipeline) -> str:
@@ -143,7 +144,7 @@ def _transactions(pipeline: Pipeline) -> str:
         f"txnAppId    {ledger.app_id(pipeline.name, CHECKPOINT_QUERY_ID)}",
         "            (stable for the life of the checkpoint; a new checkpoint gets a new one)",
         "txnVersion  the batch id: a replayed batch is a no-op",
-        "commit      carries the batch's Kafka end offsets per partition and the pipeline name",
+        "commit      carries the batch's Kafka range for every partition, the topic ids and the pipeline",
     ])
 
 

@@ -111,22 +111,21 @@ def _watermarks(pipeline: Pipeline) -> tuple[dict, str | None]:
 
 
 def _history(spark, location: str, is_table: bool):
-    """(history row, ledger entry) of the commits that carry a ledger entry, newest first."""
+    """(history row, ledger entry) of the live commits (not undone by a RESTORE) that carry a
+    ledger entry, newest first."""
     from delta.tables import DeltaTable
 
     table = DeltaTable.forName(spark, location) if is_table else DeltaTable.forPath(spark, location)
-    rows = table.history().select("version", "timestamp", "operationMetrics", "userMetadata").collect()
-    return [(row, entry) for row in rows if (entry := ledger.parse_metadata(row.userMetadata))]
+    rows = table.history().select("version", "timestamp", "operation", "operationParameters",
+                                  "operationMetrics", "userMetadata").collect()
+    return [(row, entry) for row in ledger.live_commits(rows) if (entry := ledger.parse_metadata(row.userMetadata))]
 
 
 def _read_ledger(spark, pipeline: Pipeline) -> _Ledger:
-    """Offsets from both tables' logs, as recovery reads them (a batch of only dead
-    letters may leave no target commit); the last batch from the target's."""
+    """Offsets and the last batch from the target's log, as recovery reads them
+    (every batch ends with a target commit; the dead letters commit before it)."""
     target = _ours(pipeline, _history(spark, pipeline.target.location, bool(pipeline.target.table)))
-    dead = pipeline.dead_letter
-    dead_letters = (_ours(pipeline, _history(spark, dead.location, bool(dead.table)))
-                    if table_exists(spark, dead) else [])
-    offsets = ledger.recorded_offsets([(row.version, entry) for row, entry in target + dead_letters])
+    offsets = ledger.recorded_offsets([(row.version, entry) for row, entry in target])
     return _Ledger(offsets, target[0] if target else None)
 
 
@@ -158,7 +157,9 @@ def _batch_dead_letters(spark, pipeline: Pipeline, entry: dict) -> int:
         return 0
     for row, other in _history(spark, where.location, bool(where.table)):
         if (other.get("app_id"), other.get("batch_id")) == (entry.get("app_id"), entry.get("batch_id")):
-            return _metric(row.operationMetrics or {}, "numOutputRows") or 0
+            metrics = row.operationMetrics or {}
+            # a MERGE since the dead letters are merged on their coordinates; an append before
+            return (_metric(metrics, "numTargetRowsInserted") or _metric(metrics, "numOutputRows") or 0)
     return 0
 
 

@@ -9,14 +9,19 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from ingest.batch import ledger
 from ingest.batch.decode import RAW, REASON, STAGE
 from ingest.batch.ledger import Txn
+from ingest.batch.merge import builder_name
 from ingest.spec.model import DeadLetter
 
 FAILURE_STAGES = ("decode", "transform", "uid")
 
 COLUMNS = ("_topic", "_partition", "_offset", "_kafka_timestamp", "key", "value", "headers",
            "stage", "reason", "pipeline", "batch_id", "_ingested_at")
+
+# A record's identity in the dead letters: where it is in Kafka, and which pipeline failed it.
+KEY = ("pipeline", "_topic", "_partition", "_offset")
 
 
 def dead_letters(staged: DataFrame, pipeline: str, batch_id: int) -> DataFrame:
@@ -39,12 +44,25 @@ def dead_letters(staged: DataFrame, pipeline: str, batch_id: int) -> DataFrame:
 
 
 def write(rows: DataFrame, table: DeadLetter, txn: Txn) -> None:
-    """Append under the batch's idempotent txn id: a replayed batch appends nothing."""
-    writer = (rows.write.format("delta").mode("append")
-              .option("txnAppId", txn.app_id)
-              .option("txnVersion", str(txn.version))
-              .option("userMetadata", txn.metadata))
-    if table.table:
-        writer.saveAsTable(table.table)
-    else:
-        writer.save(table.path)
+    """MERGE on the Kafka coordinates, under the batch's txn id.
+
+    The target's ledger alone says how far the pipeline got (`run.recovery`), so
+    after a crash between this commit and the target's, and a lost checkpoint,
+    the batch is read again under a new app id: the txn id cannot skip it here,
+    the coordinates do. A record already dead-lettered is never written twice."""
+    from delta.tables import DeltaTable
+
+    session = rows.sparkSession
+    _create_if_missing(session, table, rows)
+    located = DeltaTable.forName(session, table.table) if table.table else DeltaTable.forPath(session, table.path)
+    condition = " AND ".join(f"t.{column} = s.{column}" for column in KEY)
+    with ledger.txn_settings(session, txn):
+        located.alias("t").merge(rows.alias("s"), condition).whenNotMatchedInsertAll().execute()
+
+
+def _create_if_missing(session, table: DeadLetter, rows: DataFrame) -> None:
+    from delta.tables import DeltaTable
+
+    builder = DeltaTable.createIfNotExists(session)
+    builder = builder.tableName(builder_name(table.table)) if table.table else builder.location(table.path)
+    builder.addColumns(rows.schema).execute()

@@ -14,6 +14,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator, Mapping
 
+from ingest.errors import IngestError
+
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
@@ -41,9 +43,13 @@ def _offsets_document(offsets: Offsets) -> dict:
 
 def batch_txn(pipeline: str, query_id: str, batch_id: int, end_offsets: Offsets,
               counts: Mapping[str, int] | None = None, origin: Offsets | None = None,
-              table: str | None = None) -> Txn:
-    """`counts` (records read, per stage...) make each batch's figures readable from
-    DESCRIBE HISTORY alone, e.g. duplicates removed = read - inserted - dead letters - filtered.
+              table: str | None = None, start_offsets: Offsets | None = None,
+              topic_ids: Mapping[str, str] | None = None) -> Txn:
+    """`end_offsets` (and `start_offsets`) are the range Spark planned for the batch,
+    every partition of it. `counts` (records read, per stage...) make each batch's
+    figures readable from DESCRIBE HISTORY alone, e.g. duplicates removed = read -
+    inserted - dead letters - filtered. `topic_ids` tell a topic from a later one of
+    the same name.
 
     `origin` is where the pipeline first started reading, per partition (for
     `starting_offsets: latest`, the end of the topic at its first start). It is
@@ -59,9 +65,20 @@ def batch_txn(pipeline: str, query_id: str, batch_id: int, end_offsets: Offsets,
     }
     if origin:
         metadata["origin"] = _offsets_document(origin)
+    if start_offsets is not None:
+        metadata["start_offsets"] = _offsets_document(start_offsets)
+    if topic_ids:
+        metadata["topic_ids"] = dict(sorted(topic_ids.items()))
     if counts:
         metadata["counts"] = {name: int(value) for name, value in counts.items()}
     return Txn(ident, batch_id, json.dumps(metadata, separators=(",", ":")))
+
+
+def entry_offsets(entry: dict, key: str = "end_offsets") -> dict[str, dict[int, int]] | None:
+    recorded = entry.get(key)
+    if recorded is None:
+        return None
+    return {t: {int(p): int(o) for p, o in parts.items()} for t, parts in recorded.items()}
 
 
 @contextmanager
@@ -107,19 +124,78 @@ def checkpoint_query_id(session, checkpoint: str) -> str | None:
     return None
 
 
-def history_entries(session, location: str, is_table: bool, pipeline: str, limit: int | None = None):
-    """(version, entry) of this pipeline's commits in a Delta table, newest first."""
+# Operations after which the commits before them no longer describe the table's content.
+_REPLACING = ("CREATE OR REPLACE TABLE", "REPLACE TABLE", "CREATE OR REPLACE TABLE AS SELECT",
+              "REPLACE TABLE AS SELECT")
+
+
+def _table(session, location: str, is_table: bool):
     from delta.tables import DeltaTable
 
-    table = DeltaTable.forName(session, location) if is_table else DeltaTable.forPath(session, location)
+    return DeltaTable.forName(session, location) if is_table else DeltaTable.forPath(session, location)
+
+
+def history_entries(session, location: str, is_table: bool, pipeline: str, limit: int | None = None,
+                    live_only: bool = True):
+    """(version, entry) of this pipeline's commits in a Delta table, newest first.
+
+    `live_only`: only the commits whose effect is still in the table's current
+    version. A RESTORE to version v undoes the commits after v and before itself;
+    a REPLACE TABLE undoes every commit before it. A user's DELETE or UPDATE
+    undoes nothing here: the ledger says what the pipeline consumed, and `verify`
+    reports the rows it finds missing."""
+    table = _table(session, location, is_table)
     history = table.history(limit) if limit else table.history()
-    rows = history.select("version", "userMetadata").collect()
+    rows = history.select("version", "timestamp", "operation", "operationParameters",
+                          "userMetadata").collect()
     entries = []
-    for row in rows:
+    for row in (live_commits(rows) if live_only else rows):
         entry = parse_metadata(row.userMetadata)
         if entry and entry.get("pipeline") == pipeline:
             entries.append((row.version, entry))
     return entries
+
+
+def live_commits(rows) -> list:
+    """The history rows (newest first) whose commits are still in effect."""
+    live = []
+    undone_after = None  # versions above it (and below the RESTORE seen) were undone
+    for row in rows:
+        if undone_after is not None and row.version > undone_after:
+            continue
+        if row.operation == "RESTORE":
+            restored = _restored_version(row, rows)
+            undone_after = restored if undone_after is None else min(undone_after, restored)
+            continue
+        if row.operation in _REPLACING:
+            break
+        live.append(row)
+    return live
+
+
+def _restored_version(restore, rows) -> int:
+    """The version a RESTORE went back to (RESTORE ... TO TIMESTAMP AS OF names a time:
+    the last version committed at or before it)."""
+    parameters = restore.operationParameters or {}
+    if parameters.get("version") not in (None, "", "null"):
+        return int(parameters["version"])
+    stamp = parameters.get("timestamp")
+    older = [r.version for r in rows if r.version < restore.version and str(r.timestamp) <= str(stamp)]
+    return max(older) if older else -1
+
+
+def txn_version(session, location: str, is_table: bool, app: str, pipeline: str) -> int | None:
+    """The version Delta has recorded for the app id (a write at or below it is skipped)."""
+    table = _table(session, location, is_table)
+    try:
+        none = session._jvm.scala.Option.empty()
+        found = table._jdt.deltaLog().update(False, none, none).transactions().get(app)
+        return int(found.get()) if found.isDefined() else None
+    except Exception:  # no JVM at hand (Spark Connect): the same from the history
+        versions = [int(e.get("batch_id", -1)) for _, e in
+                    history_entries(session, location, is_table, pipeline, live_only=False)
+                    if e.get("app_id") == app]
+        return max(versions) if versions else None
 
 
 def recorded_offsets(entries) -> dict[str, dict[int, int]]:
@@ -158,3 +234,39 @@ def checkpoint_start_offsets(session, checkpoint: str) -> dict[str, dict[int, in
     if not found:
         return None
     return {topic: {int(p): int(o) for p, o in parts.items()} for topic, parts in json.loads(found[-1]).items()}
+
+
+class ReplayMismatch(IngestError):
+    """A batch id the table has already committed was planned with other offsets."""
+
+
+def check_replay(session, location: str, is_table: bool, pipeline: str, txn: Txn,
+                 start: Offsets | None, end: Offsets) -> None:
+    """A batch whose id the table has already committed must be the same batch.
+
+    Delta skips a write whose txn version is at or below the recorded one, whatever
+    it holds. That is right for a batch replayed after a crash (same offsets), and a
+    silent loss when the checkpoint's offset log was reset, or an older copy of it
+    restored, while its `metadata` (the query id, hence the app id) was kept: Spark
+    then numbers new ranges with ids the table has seen."""
+    recorded = next((entry for _, entry in history_entries(session, location, is_table, pipeline,
+                                                            live_only=False)
+                     if entry.get("app_id") == txn.app_id and entry.get("batch_id") == txn.version), None)
+    if recorded is None or "start_offsets" not in recorded:
+        return  # committed before the ledger recorded planned ranges: nothing exact to compare
+    same_start = start is None or entry_offsets(recorded, "start_offsets") == start  # None: log purged
+    if same_start and entry_offsets(recorded) == end:
+        return
+    raise ReplayMismatch(
+        f"{pipeline}: batch {txn.version} was already committed to {location} under app id {txn.app_id} "
+        f"with offsets {_describe(entry_offsets(recorded, 'start_offsets'), entry_offsets(recorded))}, "
+        f"but this run planned {_describe(start, end)} for it. The checkpoint's offsets/ and commits/ "
+        f"were reset, or an older copy of the checkpoint restored, while its metadata (the query id) "
+        f"was kept; Delta would skip this batch and its records would be lost. Delete the whole "
+        f"checkpoint folder: the next run resumes from the offsets recorded in {location} with a "
+        f"new app id.")
+
+
+def _describe(start: Offsets | None, end: Offsets) -> str:
+    return " ".join(f"{t}/{p}:{(start or {}).get(t, {}).get(p, '?')}-{o}"
+                    for t, parts in sorted(end.items()) for p, o in sorted(parts.items())) or "nothing"

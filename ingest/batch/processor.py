@@ -18,12 +18,13 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from ingest.batch import dead_letter, faults, ledger, merge_mode, transform
+from ingest.batch import dead_letter, faults, ledger, merge_mode, offset_log, transform
 from ingest.batch.cdc import decode_envelope
 from ingest.batch.conflicts import retry_conflicts
 from ingest.batch.decode import RAW, STAGE, decode
-from ingest.batch.merge import MergeResult
+from ingest.batch.merge import MergeResult, table_exists
 from ingest.batch.uid import UID, with_uid
+from ingest.kafka import admin as kafka_admin
 from ingest.spec.model import Pipeline
 
 log = logging.getLogger("ingest.run")
@@ -91,6 +92,9 @@ class BatchProcessor:
     # (batch id, end offsets if known, error) of the batch that failed, for the run's message
     failure: tuple | None = None
     _batch_offsets: dict | None = None
+    _planned_end: tuple | None = None  # (batch id, Spark's planned end offsets) of the last batch
+    _txn_version: int | None = -2  # the target's for the app id when the run started; -2: not read
+    _topic_ids: dict | None = None
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         self._batch_offsets = None
@@ -106,8 +110,11 @@ class BatchProcessor:
         staged, summary = self._stage(batch_df)  # 1-2: read, decode, transform, uid
         try:
             self._batch_offsets = summary.end_offsets
+            start, end = self._planned(session, batch_id, summary)
             txn = ledger.batch_txn(self.pipeline.name, self._app_query_id(session), batch_id,
-                                   summary.end_offsets, summary.counts, table=self.table_key)
+                                   end, summary.counts, table=self.table_key, start_offsets=start,
+                                   topic_ids=self._ids(end))
+            self._check_replay(session, batch_id, txn, start, end)
             self._write_dead_letters(staged, summary, batch_id, txn)
             rows = merge_mode.batch_rows(staged.where(F.col(STAGE).isNull()), self.pipeline)
             merged = self._merge(session, rows, summary, batch_id, txn)  # 3-4
@@ -157,6 +164,9 @@ class BatchProcessor:
         if not self._target_ready:
             merge_mode.create_tables(session, self.pipeline, rows)
             self._target_ready = True
+        # Even with no rows: the commit Delta makes for it (a SetTransaction and the
+        # ledger entry, no files) is the batch's record in the target's log, the one
+        # log recovery reads.
         def attempt() -> MergeResult:
             with ledger.txn_settings(session, txn), faults.during("during_merge", batch_id):
                 return merge_mode.merge(session, rows, self.pipeline, summary.bounds if self.bounded else {})
@@ -166,6 +176,38 @@ class BatchProcessor:
         faults.point("after_target_commit", batch_id)
         return merged
 
+    def _planned(self, session, batch_id: int, summary: BatchSummary) -> tuple:
+        """Spark's planned range for the batch, every partition (the records' own
+        end offsets if the offset log cannot be read)."""
+        checkpoint = self.pipeline.checkpoint
+        end = offset_log.planned_end(session, checkpoint, batch_id)
+        if self._planned_end is not None and self._planned_end[0] == batch_id - 1:
+            start = self._planned_end[1]
+        else:
+            start = offset_log.planned_start(session, checkpoint, batch_id)
+        if end is None:
+            return None, summary.end_offsets
+        self._planned_end = (batch_id, end)
+        if self.table_key is not None:  # one table of a per-topic pipeline: its own topics only
+            start, end = (None if start is None else _topics(start, summary.end_offsets),
+                          _topics(end, summary.end_offsets))
+        return start, end
+
+    def _ids(self, end) -> dict:
+        if self._topic_ids is None or not set(end) <= set(self._topic_ids):
+            self._topic_ids = kafka_admin.topic_ids(self.pipeline.source.kafka, set(end))
+        return {t: i for t, i in self._topic_ids.items() if t in end}
+
+    def _check_replay(self, session, batch_id: int, txn, start, end) -> None:
+        target = self.pipeline.target
+        if self._txn_version == -2:
+            self._txn_version = (ledger.txn_version(session, target.location, bool(target.table),
+                                                    txn.app_id, self.pipeline.name)
+                                 if table_exists(session, target) else None)
+        if self._txn_version is not None and batch_id <= self._txn_version:
+            ledger.check_replay(session, target.location, bool(target.table), self.pipeline.name,
+                                txn, start, end)
+
     def _app_query_id(self, session) -> str:
         # Spark writes the query id into the checkpoint when the query starts; it
         # lives as long as the checkpoint, as the app id must.
@@ -174,6 +216,10 @@ class BatchProcessor:
             if self._query_id is None:
                 raise RuntimeError(f"no query id in checkpoint {self.pipeline.checkpoint}/metadata")
         return self._query_id
+
+
+def _topics(offsets: dict, of: dict) -> dict:
+    return {topic: parts for topic, parts in offsets.items() if topic in of}
 
 
 def summarize(staged: DataFrame, pipeline: Pipeline) -> BatchSummary:

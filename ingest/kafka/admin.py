@@ -239,3 +239,22 @@ def offsets_for_time(kafka: KafkaSource, partitions_of: dict[str, list[int]], at
         raise BrokerUnreachable(_unreachable(kafka, errors, error)) from None
     finally:
         consumer.close()
+
+
+def topic_ids(kafka: KafkaSource, topics, timeout: float = 15) -> dict[str, str]:
+    """Each existing topic's id: a topic deleted and created again under the same
+    name has a new one (and its offsets start again at 0)."""
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({**client_config(kafka), "logger": _QUIET})
+    found = {}
+    for name, future in admin.describe_topics(TopicCollection(sorted(topics)),
+                                              request_timeout=timeout).items():
+        try:
+            found[name] = str(future.result(timeout=timeout).topic_id)
+        except KafkaException as error:
+            if error.args and error.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                continue
+            raise BrokerUnreachable(f"Kafka at {kafka.bootstrap_servers}: describing {name}: {error}") from None
+    return found

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
+
+from ingest.batch.offset_log import local_path, parse_offsets_file  # noqa: F401 (run/ and audit/ read them here)
 
 
 @dataclass(frozen=True)
@@ -21,15 +22,6 @@ class CheckpointState:
     @property
     def empty(self) -> bool:
         return self.planned_batch is None
-
-
-def local_path(location: str) -> Path | None:
-    """The local (or mounted) path of a location, or None for an object-store URI."""
-    if location.startswith("file:"):
-        return Path(location.removeprefix("file:").removeprefix("//"))
-    if "://" in location or location.startswith("dbfs:"):
-        return None
-    return Path(location)
 
 
 def _batch_files(spark, folder: str) -> dict[int, str]:
@@ -58,10 +50,3 @@ def read_state(spark, checkpoint: str) -> CheckpointState:
         return CheckpointState(None, None, max(offsets) if offsets else None)
     last = max(committed)
     return CheckpointState(last, parse_offsets_file(offsets[last]), max(offsets))
-
-
-def parse_offsets_file(text: str) -> dict[str, dict[int, int]]:
-    """`v1`, the batch metadata, then one line per source: the Kafka source's JSON."""
-    lines = [line for line in text.splitlines() if line.strip()]
-    source = json.loads(lines[2]) if len(lines) > 2 else {}
-    return {topic: {int(p): int(o) for p, o in parts.items()} for topic, parts in source.items()}

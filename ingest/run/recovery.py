@@ -1,5 +1,8 @@
 """Where a run starts: Spark's checkpoint, or the target's Delta log when the checkpoint is lost.
 
+With a checkpoint, first the checks that it still describes the target and the
+topics: a stop when a RESTORE undid committed batches or a topic was recreated.
+
 Then the retention guard: if the offsets to resume from are no longer in Kafka,
 stop and name each partition and the lost range, unless the pipeline allows
 data loss.
@@ -50,6 +53,14 @@ class TargetLost(IngestError):
     """The checkpoint has committed batches, but the target they went to is gone."""
 
 
+class TargetRewritten(IngestError):
+    """The target no longer holds batches the checkpoint says were written."""
+
+
+class TopicRecreated(IngestError):
+    """A topic was deleted and created again under the same name."""
+
+
 def plan_start(spark, pipeline: Pipeline, watermarks: dict[str, dict[int, tuple[int, int]]]) -> StartPlan:
     state = read_state(spark, pipeline.checkpoint)
     # (a table per topic: which tables a checkpoint has written is not known here)
@@ -62,57 +73,143 @@ def plan_start(spark, pipeline: Pipeline, watermarks: dict[str, dict[int, tuple[
             f"{state.last_committed_batch}, but the target {pipeline.target.location} does not exist "
             "(dropped, or its path or name changed); restore the table (or point target at it), "
             "or to load the topic again into a new table delete the checkpoint too")
+    topic_ids = kafka_admin.topic_ids(pipeline.source.kafka, watermarks) if watermarks else {}
     if not state.empty:  # Spark resumes from its own offset log (replays are no-ops)
+        if not template.is_per_topic(pipeline):  # a table per topic: no one target to compare with
+            entries = _ledger(spark, pipeline, pipeline.target)
+            _check_topics(pipeline, entries, topic_ids)
+            _check_target(spark, pipeline, state, entries)
         plan = StartPlan(None, state.committed_offsets or {})
     else:
-        plan = _from_delta_log(spark, pipeline, watermarks)
+        plan = _from_delta_log(spark, pipeline, watermarks, topic_ids)
     gaps = retention_gaps(plan.resume_from, watermarks)
     return StartPlan(plan.starting_offsets, plan.resume_from, plan.notes, gaps)
 
 
-def _from_delta_log(spark, pipeline: Pipeline, watermarks) -> StartPlan:
-    # Both tables carry the ledger: a batch whose records all went to the dead
-    # letters (or were all duplicates) leaves no target commit.
+def _from_delta_log(spark, pipeline: Pipeline, watermarks, topic_ids: dict[str, str]) -> StartPlan:
+    # The target's ledger alone: every batch ends with a target MERGE, and Delta
+    # commits it (SetTransaction, commitInfo with the offsets) even when it writes
+    # no row, so the target's log has every complete batch. The dead letters
+    # commit first; taking them into account would skip a batch whose target
+    # commit never happened. Replaying such a batch is a no-op in the dead
+    # letters, which are merged on the records' coordinates.
     entries = _entries(spark, pipeline, watermarks)
+    notes = []
+    recreated = _recreated(entries, topic_ids)
+    if recreated:  # the checkpoint is gone: the operator's reset; the new topic is read as configured
+        entries = [(v, _without(e, recreated)) for v, e in entries]
+        notes.append(f"{pipeline.name}: " + "; ".join(_describe_recreated(recreated)) +
+                     ": the offsets recorded for the old topic are not used; the new one is read "
+                     "from starting_offsets")
     recorded = ledger.recorded_offsets(entries)
     if not recorded:
-        return StartPlan(None, {})
-    # without the pre-flight (no watermarks) the partitions are those the log knows
+        return StartPlan(None, {}, notes)
     offsets = {topic: {p: recorded.get(topic, {}).get(p, _configured_start(pipeline, topic, p))
                        for p in parts}
                for topic, parts in (watermarks or recorded).items()}
-    note = (f"{pipeline.name}: checkpoint {pipeline.checkpoint} is missing or empty; resuming from the "
-            f"offsets recorded in the Delta logs of {pipeline.target.location} and "
-            f"{pipeline.dead_letter.location}, with a new app id: "
-            + ", ".join(f"{t}/{p}:{o}" for t, parts in sorted(offsets.items()) for p, o in sorted(parts.items())))
-    return StartPlan(offsets, recorded, [note])
+    query_id = ledger.checkpoint_query_id(spark, pipeline.checkpoint)
+    app = "with a new app id" if query_id is None else f"under app id {ledger.app_id(pipeline.name, query_id)}"
+    notes.append(f"{pipeline.name}: checkpoint {pipeline.checkpoint} is missing or empty; resuming from the "
+                 f"offsets recorded in the Delta log of {pipeline.target.location}, {app}: "
+                 + ", ".join(f"{t}/{p}:{o}" for t, parts in sorted(offsets.items())
+                             for p, o in sorted(parts.items())))
+    return StartPlan(offsets, recorded, notes)
 
 
 def _entries(spark, pipeline: Pipeline, watermarks) -> list:
     if not template.is_per_topic(pipeline):
-        return _ledger(spark, pipeline, pipeline.target) + _ledger(spark, pipeline, pipeline.dead_letter)
+        return _ledger(spark, pipeline, pipeline.target)
     return per_table_entries(spark, pipeline, watermarks)
 
 
 def per_table_entries(spark, pipeline: Pipeline, topics) -> list:
     """With a table per topic: each table's own ledger, and from it only the offsets
-    of the topics that table takes (a dead-letter table the tables share holds the
-    entries of all of them)."""
+    of the topics that table takes."""
     entries = []
     for group in template.tables_of(pipeline, topics).values():
         one = template.for_topic(pipeline, group[0])
-        for version, entry in _ledger(spark, one, one.target) + _ledger(spark, one, one.dead_letter):
+        for version, entry in _ledger(spark, one, one.target):
             own = {t: parts for t, parts in entry.get("end_offsets", {}).items() if t in group}
             entries.append((version, {**entry, "end_offsets": own}))
     return entries
 
 
-def _ledger(spark, pipeline: Pipeline, table) -> list:
-    """This pipeline's ledger entries in a target or dead-letter table, if it exists."""
+def _ledger(spark, pipeline: Pipeline, table, live_only: bool = True) -> list:
+    """This pipeline's ledger entries in the target, if it exists: by default those of
+    the commits whose effect is still in the table (`ledger.history_entries`)."""
     location = Target(path=table.path, table=table.table)
     if not table_exists(spark, location):
         return []
-    return ledger.history_entries(spark, table.location, bool(table.table), pipeline.name)
+    return ledger.history_entries(spark, table.location, bool(table.table), pipeline.name,
+                                  live_only=live_only)
+
+
+def _recreated(entries, topic_ids: dict[str, str]) -> dict[str, tuple[str, str]]:
+    """topic -> (recorded id, current id), from the newest entry that names the topic."""
+    changed, seen = {}, set()
+    for _, entry in entries:
+        for topic, recorded in (entry.get("topic_ids") or {}).items():
+            if topic in seen:
+                continue
+            seen.add(topic)
+            if topic in topic_ids and topic_ids[topic] != recorded:
+                changed[topic] = (recorded, topic_ids[topic])
+    return changed
+
+
+def _without(entry: dict, topics) -> dict:
+    return {**entry, "end_offsets": {t: o for t, o in entry.get("end_offsets", {}).items() if t not in topics}}
+
+
+def _describe_recreated(recreated: dict[str, tuple[str, str]]) -> list[str]:
+    return [f"topic {t} was deleted and created again (topic id {old}, now {new})"
+            for t, (old, new) in sorted(recreated.items())]
+
+
+def _check_topics(pipeline: Pipeline, entries, topic_ids: dict[str, str]) -> None:
+    recreated = _recreated(entries, topic_ids)
+    if recreated:
+        raise TopicRecreated(
+            f"{pipeline.name}: " + "; ".join(_describe_recreated(recreated)) +
+            f". Its offsets start again at 0, and those in checkpoint {pipeline.checkpoint} belong to "
+            f"the old topic: resuming would skip or misread the new one. To ingest the new topic from "
+            f"starting_offsets, delete the checkpoint {pipeline.checkpoint} and run again (the rows "
+            f"already in {pipeline.target.location} stay; a uid seen before is not inserted again).")
+
+
+def _check_target(spark, pipeline: Pipeline, state, live) -> None:
+    """Stop when the target's current version lacks batches the checkpoint committed
+    (a RESTORE or REPLACE undid them, or the table was dropped or recreated): going on
+    from the checkpoint would never write their records again."""
+    committed = state.last_committed_batch
+    query_id = ledger.checkpoint_query_id(spark, pipeline.checkpoint)
+    if committed is None or query_id is None:
+        return
+    app = ledger.app_id(pipeline.name, query_id)
+    target = pipeline.target
+    reset = (f"To ingest them again, delete the checkpoint {pipeline.checkpoint}: the next run resumes "
+             f"from the offsets the table's current version records, with a new app id.")
+    if not table_exists(spark, target):
+        raise TargetRewritten(
+            f"{pipeline.name}: checkpoint {pipeline.checkpoint} has committed batches up to {committed}, "
+            f"but the target {target.location} does not exist (dropped or moved): their records are not "
+            f"in it. {reset}")
+    live_batches = [int(e["batch_id"]) for _, e in live if e.get("app_id") == app]
+    if live_batches and max(live_batches) >= committed:
+        return
+    every = _ledger(spark, pipeline, target, live_only=False)
+    undone = sorted(int(e["batch_id"]) for _, e in every
+                    if e.get("app_id") == app and int(e["batch_id"]) > max(live_batches, default=-1))
+    known = ledger.txn_version(spark, target.location, bool(target.table), app, pipeline.name)
+    if not undone and known is not None and known >= committed:
+        return  # our commits are only out of the retained history (log clean-up), not undone
+    what = (f"batches {undone[0]}-{undone[-1]} of app id {app} were undone (a RESTORE or REPLACE of the "
+            f"table)" if undone else f"it holds no commit of app id {app} up to batch {committed} "
+            f"(the table was dropped and created again, or is another table)")
+    raise TargetRewritten(
+        f"{pipeline.name}: the target {target.location} no longer matches checkpoint "
+        f"{pipeline.checkpoint}, which has committed batches up to {committed}: {what}. Going on from "
+        f"the checkpoint would leave their records out. {reset}")
 
 
 def _configured_start(pipeline: Pipeline, topic: str, partition: int) -> int:

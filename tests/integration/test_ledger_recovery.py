@@ -1,0 +1,242 @@
+"""The target's ledger as the recovery point: double faults (a crash, then a lost
+checkpoint), batches that write nothing, skipped batches, rewritten history and a
+recreated topic, each with `ingest run` as a real process."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from ingest.batch.faults import POINTS
+from tests.integration.processes import IngestProcess, write_pipeline
+
+ORDER = {"order_id": "o", "amount": 1.0, "ts": "2026-11-01T10:00:00"}
+
+
+def send_batch(sender, good: list[str], bad: list[str] = (), partition: int = 0) -> None:
+    for uid in good:
+        sender.send({**ORDER, "order_id": uid}, uid=uid, partition=partition)
+    for uid in bad:
+        sender.send(b'{"order_id": oops', uid=uid, partition=partition)
+    sender.flush()
+
+
+def run(pipeline_file, kafka, log, **kwargs) -> IngestProcess:
+    process = IngestProcess(pipeline_file, kafka.bootstrap, log, **kwargs)
+    process.wait(timeout=600)
+    return process
+
+
+def run_to_end(pipeline_file, kafka, log) -> str:
+    process = run(pipeline_file, kafka, log)
+    assert process.process.returncode == 0, process.output()[-3000:]
+    return process.output()
+
+
+def target_uids(spark, folder, name="crashy") -> list[str]:
+    return [r._uid for r in spark.read.format("delta").load(str(folder / "tables" / name)).collect()]
+
+
+def dead_letter_coordinates(spark, folder, name="crashy") -> list[tuple]:
+    rows = spark.read.format("delta").load(str(folder / "dead_letter" / name)).collect()
+    return [(r._topic, r._partition, r._offset) for r in rows]
+
+
+@pytest.mark.parametrize("point,earlier_batch", [(p, False) for p in POINTS] + [("after_dead_letter", True)])
+def test_a_crash_then_a_lost_checkpoint_loses_and_duplicates_nothing(spark, kafka, topic, sender, tmp_path,
+                                                                     point, earlier_batch):
+    """Issue 13 case 1: the dead letters commit before the target; killed between (or
+    around) the two, with the checkpoint then deleted, the next run must complete the
+    batch in the target and write no dead letter twice."""
+    pipeline_file = write_pipeline(tmp_path, topic)
+    expected = []
+    if earlier_batch:  # the target already has a ledger when the crash comes
+        send_batch(sender, [f"a{i}" for i in range(10)], ["bad-a"])
+        run_to_end(pipeline_file, kafka, tmp_path / "first.log")
+        expected += [f"a{i}" for i in range(10)]
+    send_batch(sender, [f"b{i}" for i in range(20)], ["bad-b1", "bad-b2"])
+    send_batch(sender, [f"c{i}" for i in range(5)], ["bad-c"], partition=1)
+    expected += [f"b{i}" for i in range(20)] + [f"c{i}" for i in range(5)]
+
+    crashed = run(pipeline_file, kafka, tmp_path / "crash.log", fault=point)
+    assert crashed.process.returncode == -9, crashed.output()[-3000:]
+    shutil.rmtree(tmp_path / "checkpoints")
+    run_to_end(pipeline_file, kafka, tmp_path / "after.log")
+
+    uids = target_uids(spark, tmp_path)
+    assert len(uids) == len(set(uids)), "duplicates in the target"
+    assert sorted(uids) == sorted(expected), f"missing {sorted(set(expected) - set(uids))}"
+    coordinates = dead_letter_coordinates(spark, tmp_path)
+    assert len(coordinates) == len(set(coordinates)) == (4 if earlier_batch else 3)
+
+
+# --- in the test's own Spark session: the supervisor's start, then the query ------------
+
+
+def run_recovering(spark, pipeline):
+    """What `ingest run --once` does before its query: the start plan from the
+    checkpoint or the target's ledger, then the query from there."""
+    from ingest.run import recovery
+    from tests.integration.conftest import run_once
+
+    plan = recovery.plan_start(spark, pipeline, recovery.fetch_watermarks(pipeline))
+    return plan, run_once(spark, pipeline, starting_offsets=plan.starting_offsets)
+
+
+def app_id(spark, pipeline) -> str:
+    from ingest.batch import ledger
+
+    return ledger.app_id(pipeline.name, ledger.checkpoint_query_id(spark, pipeline.checkpoint))
+
+
+def ledger_entries(pipeline) -> list[dict]:
+    """The target's ledger, oldest first, read with delta-rs (not the code under test)."""
+    import json
+
+    from deltalake import DeltaTable
+
+    history = reversed(DeltaTable(pipeline.target.path).history())
+    return [json.loads(h["userMetadata"]) for h in history if h.get("userMetadata")]
+
+
+def uids(spark, pipeline) -> list[str]:
+    return [r._uid for r in spark.read.format("delta").load(pipeline.target.path).select("_uid").collect()]
+
+
+def send(sender, good, bad=(), partition=0):
+    send_batch(sender, good, bad, partition)
+
+
+def test_a_batch_that_writes_nothing_records_its_txn_version_and_offsets(spark, sender, pipeline, topic):
+    """Issue 13 case 2, issue 20 point 1: an all-duplicate insert-only batch and a batch of
+    only dead letters each leave a target commit with the txn version and the offsets,
+    so a lost checkpoint afterwards resumes after them."""
+    from deltalake import DeltaTable
+
+    from tests.integration.conftest import run_once
+
+    send(sender, [f"a{i}" for i in range(5)])
+    run_once(spark, pipeline)
+    send(sender, [f"a{i}" for i in range(5)])  # every uid already in the table
+    [duplicates] = run_once(spark, pipeline)
+    assert (duplicates.merged.inserted, duplicates.summary.read) == (0, 5)
+    send(sender, [], ["bad1", "bad2"], partition=1)  # no good record at all
+    run_once(spark, pipeline)
+
+    app = app_id(spark, pipeline)
+    assert DeltaTable(pipeline.target.path).transaction_version(app) == 2
+    entries = ledger_entries(pipeline)
+    assert [e["batch_id"] for e in entries] == [0, 1, 2]
+    assert entries[1]["end_offsets"] == {topic: {"0": 10, "1": 0}}  # the idle partition too
+    assert entries[2]["end_offsets"] == {topic: {"0": 10, "1": 2}}
+    assert entries[2]["start_offsets"] == entries[1]["end_offsets"]
+
+    shutil.rmtree(pipeline.checkpoint)
+    send(sender, ["b0", "b1"])
+    plan, reports = run_recovering(spark, pipeline)
+    assert plan.starting_offsets == {topic: {0: 10, 1: 2}}
+    assert sum(r.summary.read for r in reports) == 2  # nothing re-read
+    assert sorted(uids(spark, pipeline)) == sorted([f"a{i}" for i in range(5)] + ["b0", "b1"])
+
+
+def test_a_reset_offset_log_under_the_same_query_id_stops_the_run(spark, sender, pipeline):
+    """Issue 20 point 2: offsets/ and commits/ deleted, metadata kept: Spark numbers new
+    ranges with batch ids the table has committed; Delta would skip them silently."""
+    from tests.integration.conftest import run_once
+
+    for name in "abc":
+        send(sender, [f"{name}{i}" for i in range(3)])
+        run_once(spark, pipeline)
+    for folder in ("offsets", "commits"):
+        shutil.rmtree(f"{pipeline.checkpoint}/{folder}")
+    send(sender, [f"new{i}" for i in range(5)])
+    with pytest.raises(Exception) as failed:  # the query's failure, raised by awaitTermination
+        run_recovering(spark, pipeline)
+    assert "ReplayMismatch" in str(failed.value) and "batch 0 was already committed" in str(failed.value)
+    assert "Delete the whole checkpoint folder" in str(failed.value)
+
+    shutil.rmtree(pipeline.checkpoint)  # what the message says to do
+    run_recovering(spark, pipeline)
+    landed = uids(spark, pipeline)
+    assert sorted(landed) == sorted(f"{n}{i}" for n in "abc" for i in range(3)) + [f"new{i}" for i in range(5)]
+
+
+def test_latest_and_a_lost_checkpoint_read_what_an_idle_partition_got(spark, sender, pipeline, topic):
+    """Issue 20 point 3: the ledger records every partition Spark planned, idle or not."""
+    from dataclasses import replace
+
+    latest = replace(pipeline, source=replace(pipeline.source, kafka=replace(
+        pipeline.source.kafka, starting_offsets="latest")))
+    send(sender, ["before-start"])
+    run_recovering(spark, latest)  # starts at the end: sources/0/0
+    send(sender, [f"a{i}" for i in range(5)], partition=0)
+    run_recovering(spark, latest)
+    shutil.rmtree(latest.checkpoint)
+    send(sender, [f"b{i}" for i in range(5)], partition=1)  # the partition idle until now
+    run_recovering(spark, latest)
+    assert sorted(uids(spark, latest)) == sorted([f"a{i}" for i in range(5)] + [f"b{i}" for i in range(5)])
+
+
+def test_a_restored_target_stops_a_run_with_its_checkpoint_and_is_refilled_without(spark, sender, pipeline):
+    """Issue 13 case 3: RESTORE undoes committed batches; the checkpoint is ahead of the table."""
+    from delta.tables import DeltaTable
+
+    from ingest.run.recovery import TargetRewritten
+
+    send(sender, [f"a{i}" for i in range(3)])
+    run_recovering(spark, pipeline)
+    first = DeltaTable.forPath(spark, pipeline.target.path).history(1).collect()[0].version
+    send(sender, [f"b{i}" for i in range(3)], ["bad-b"])
+    run_recovering(spark, pipeline)
+    send(sender, [f"c{i}" for i in range(3)])
+    run_recovering(spark, pipeline)
+    DeltaTable.forPath(spark, pipeline.target.path).restoreToVersion(first)
+    from deltalake import DeltaTable as Log
+
+    assert Log(pipeline.target.path).transaction_version(app_id(spark, pipeline)) == 2  # not rolled back
+
+    with pytest.raises(TargetRewritten) as stopped:
+        run_recovering(spark, pipeline)
+    assert "batches 1-2" in str(stopped.value) and "delete the checkpoint" in str(stopped.value)
+
+    shutil.rmtree(pipeline.checkpoint)
+    plan, reports = run_recovering(spark, pipeline)
+    assert sum(r.summary.read for r in reports) == 7  # b and c again, from the restored ledger
+    landed = uids(spark, pipeline)
+    assert len(landed) == len(set(landed)) == 9
+    dead = spark.read.format("delta").load(pipeline.dead_letter.path).count()
+    assert dead == 1  # the replay is a no-op in the dead letters
+
+
+def test_a_recreated_topic_stops_the_run_and_a_reset_reads_the_new_one(spark, kafka, sender, pipeline, topic):
+    """Issue 13 case 6: same name, new topic id, offsets from 0 again."""
+    import time
+
+    from confluent_kafka.admin import AdminClient
+
+    from ingest.kafka.local_broker import create_topic
+    from ingest.run.recovery import TopicRecreated
+
+    send(sender, [f"a{i}" for i in range(6)])
+    run_recovering(spark, pipeline)
+    admin = AdminClient(kafka.client_config())
+    admin.delete_topics([topic])[topic].result(timeout=30)
+    for _ in range(60):  # the deletion completes asynchronously
+        try:
+            create_topic(kafka.client_config(), topic, partitions=2)
+            break
+        except Exception:
+            time.sleep(0.5)
+    sender.producer = type(sender.producer)({**kafka.client_config(), "enable.idempotence": True})
+    send(sender, ["n0", "n1"])
+
+    with pytest.raises(TopicRecreated) as stopped:
+        run_recovering(spark, pipeline)
+    assert "was deleted and created again" in str(stopped.value)
+    assert "delete the checkpoint" in str(stopped.value)
+
+    shutil.rmtree(pipeline.checkpoint)
+    plan, _ = run_recovering(spark, pipeline)
+    assert any("the new one is read from starting_offsets" in note for note in plan.notes)
+    assert sorted(uids(spark, pipeline)) == sorted([f"a{i}" for i in range(6)] + ["n0", "n1"])
