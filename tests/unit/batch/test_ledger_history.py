@@ -46,7 +46,8 @@ def test_the_offset_log_files(tmp_path):
 
 
 def test_a_ledger_entry_carries_the_planned_range_and_topic_ids():
-    txn = ledger.batch_txn("p", "q", 3, {"t": {1: 9, 0: 5}}, {"read": 2}, {"t": {0: 4, 1: 9}}, {"t": "abc"})
+    txn = ledger.batch_txn("p", "q", 3, {"t": {1: 9, 0: 5}}, {"read": 2}, start_offsets={"t": {0: 4, 1: 9}},
+                           topic_ids={"t": "abc"})
     entry = ledger.parse_metadata(txn.metadata)
     assert (entry["batch_id"], entry["topic_ids"]) == (3, {"t": "abc"})
     assert ledger.entry_offsets(entry) == {"t": {0: 5, 1: 9}}
