@@ -247,7 +247,8 @@ def topic_ids(kafka: KafkaSource, topics, timeout: float = 15) -> dict[str, str]
     from confluent_kafka import TopicCollection
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({**client_config(kafka), "logger": _QUIET})
+    settings: dict = {**client_config(kafka), "logger": _QUIET}
+    admin = AdminClient(settings)
     found = {}
     for name, future in admin.describe_topics(TopicCollection(sorted(topics)),
                                               request_timeout=timeout).items():

@@ -7,7 +7,6 @@ so any file system the checkpoint lives on works.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from ingest.batch.offset_log import local_path, parse_offsets_file  # noqa: F401 (run/ and audit/ read them here)
