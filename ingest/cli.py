@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from ingest.errors import Problem, SpecErrors
+from ingest.errors import IngestError, Problem, SpecErrors
 from ingest.plan import plan_document, render_plan
 from ingest.spec.loader import Loaded, check_unique, read_pipeline
 from ingest.spec.settings import DEFAULT_ENV, load_settings, mask
@@ -164,8 +164,25 @@ def _spark_pass(checked: list[_Checked]) -> bool:
               "use --no-spark to skip them on purpose", file=sys.stderr)
         return False
     for one in pending:
-        one.problems += one.loaded.place(check_sql(one.loaded.pipeline, spark))
+        payload, problems = _reader_columns(one.loaded.pipeline)
+        if not problems:
+            problems = check_sql(one.loaded.pipeline, spark, payload)
+        one.problems += one.loaded.place(problems)
     return True
+
+
+def _reader_columns(pipeline) -> tuple[object, list[Problem]]:
+    """avro/protobuf: the reader schema's columns from the registry or schema_file."""
+    if pipeline.source.format not in ("avro", "protobuf"):
+        return None, []
+    from ingest.batch.schema_decode import reader_columns
+
+    try:
+        return reader_columns(pipeline.source), []
+    except IngestError as error:
+        key = "source.registry" if pipeline.source.registry else "source.schema_file"
+        return None, [Problem("reader_schema", key, f"{error}; expected a reader schema "
+                              "whose fields can be the payload columns")]
 
 
 def _cross_file(checked: list[_Checked]) -> None:

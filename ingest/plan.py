@@ -16,7 +16,8 @@ from ingest.batch.merge_condition import merge_condition, upsert_condition
 from ingest.kafka.source import kafka_options
 from ingest.spec import template
 from ingest.spec.loader import Loaded, to_document, to_yaml
-from ingest.spec.model import Pipeline
+from ingest.errors import IngestError
+from ingest.spec.model import REGISTRY_FORMATS, Pipeline
 from ingest.spec.settings import Settings, mask, mask_mapping
 
 INDENT = "  "
@@ -31,6 +32,8 @@ def render_plan(loaded: Loaded, settings: Settings) -> str:
         f"Pipeline {pipeline.name} ({loaded.index.file}, env {settings.env})",
         _section("Resolved spec (secrets masked)", to_yaml(mask_mapping(to_document(pipeline)))),
         _section("Kafka source options", _options(pipeline)),
+        *([_section("Reader schema (Spark DDL)", _reader_schema(pipeline))]
+          if pipeline.source.format in REGISTRY_FORMATS else []),
         _section("Target", _target(pipeline)),
         _section("Dead letters", _dead_letter(pipeline)),
         _section("Exactly once", _transactions(pipeline)),
@@ -74,6 +77,19 @@ def _options(pipeline: Pipeline) -> str:
     options = mask_mapping(kafka_options(pipeline.source.kafka))
     width = max(len(key) for key in options)
     return "\n".join(f"{key:<{width}}  {value}" for key, value in sorted(options.items()))
+
+
+def _reader_schema(pipeline: Pipeline) -> str:
+    """The columns the run will decode to, from the registry's or the file's schema now."""
+    from ingest.batch.schema_decode import ddl, reader_columns
+
+    source = pipeline.source
+    where = (f"subject {source.subject}, version {source.registry.version}" if source.registry
+             else source.schema_file)
+    try:
+        return f"{where}:\n{ddl(reader_columns(source))}"
+    except IngestError as error:
+        return f"{where}: not available ({error})"
 
 
 def _where(location_path: str | None, table: str | None) -> str:

@@ -18,9 +18,12 @@ _CORRUPT = "__corrupt"
 RAW_FIELDS = ("topic", "partition", "offset", "timestamp", "key", "value", "headers")
 
 
-def decode(raw: DataFrame, fmt: str, schema: StructType | None) -> DataFrame:
-    """Columns RAW, STAGE, REASON, then the payload columns."""
+def decode(raw: DataFrame, fmt: str, schema) -> DataFrame:
+    """Columns RAW, STAGE, REASON, then the payload columns. `schema` is the JSON
+    payload's StructType, or for avro and protobuf the run's `SchemaDecoder`."""
     with_raw = raw.select(F.struct(*[F.col(c) for c in RAW_FIELDS]).alias(RAW))
+    if fmt in ("avro", "protobuf"):
+        return schema.decode(with_raw, RAW, STAGE, REASON)
     if fmt == "string":
         return _ok(with_raw, F.col(f"{RAW}.value").cast("string").alias("value"))
     if fmt == "bytes":

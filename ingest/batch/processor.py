@@ -286,7 +286,13 @@ def upsert_order(pipeline: Pipeline) -> str | None:
     return pipeline.target.order_by if pipeline.target.mode == "upsert" else None
 
 
-def payload_schema(spark, pipeline: Pipeline) -> StructType | None:
+def payload_schema(spark, pipeline: Pipeline):
+    """json: the DDL as a StructType; avro, protobuf: the run's `SchemaDecoder`
+    (asks the registry for the reader schema now)."""
+    if pipeline.source.format in ("avro", "protobuf"):
+        from ingest.batch.schema_decode import SchemaDecoder
+
+        return SchemaDecoder.open(pipeline.source)
     if pipeline.source.format != "json":
         return None
     return spark.createDataFrame([], pipeline.source.schema).schema

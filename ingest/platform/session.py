@@ -15,6 +15,7 @@ Jars (`INGEST_JARS`):
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from ingest.errors import IngestError
@@ -108,6 +109,9 @@ def get_session(app_name: str = "ingest", conf: dict[str, str] | None = None,
     conf = dict(conf or {})
     if not (on_databricks() or under_spark_submit()):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        # Python workers (the avro/protobuf decoders) need the driver's packages:
+        # locally that is the driver's own interpreter, not whatever python3 is on PATH.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         conf = {**LOCAL_DEFAULTS, **conf}
         builder = builder.master(master or conf.pop("spark.master", "local[*]"))
     session = configure_builder(builder, conf).getOrCreate()

@@ -29,12 +29,16 @@ from ingest.spec.model import (
     FORMATS,
     ISOLATION_LEVELS,
     MODES,
+    REGISTRY_FORMATS,
+    SCHEMA_EVOLUTIONS,
     UID_KINDS,
     Cdc,
     DeadLetter,
     DedupHorizon,
     KafkaSource,
     Pipeline,
+    Registry,
+    RegistryTls,
     Source,
     Target,
     Transform,
@@ -46,8 +50,12 @@ from ingest.spec.values import Check, did_you_mean, one_of, parse_duration
 from ingest.spec.yaml_tree import LineIndex, join, read_yaml
 
 TOP_KEYS = ("name", "source", "transform", "uid", "target", "checkpoint", "dead_letter",
-            "trigger", "spark_conf", "cdc") + operations_spec.TOP_KEYS
-SOURCE_KEYS = ("kafka", "format", "schema", "schemas")
+            "trigger", "spark_conf", "cdc", "schema_evolution") + operations_spec.TOP_KEYS
+SOURCE_KEYS = ("kafka", "format", "schema", "schemas", "registry", "schema_file", "message")
+REGISTRY_KEYS = ("url", "subject", "version", "auth", "tls")
+AUTH_KEYS = ("basic", "bearer")
+TLS_KEYS = ("ca", "cert", "key")
+SCHEMA_FILE_SUFFIXES = {"avro": (".avsc",), "protobuf": (".proto",)}
 KAFKA_KEYS = ("bootstrap_servers", "topics", "pattern", "starting_offsets",
               "max_offsets_per_trigger", "isolation_level", "allow_data_loss", "options")
 TRANSFORM_KEYS = ("select", "where")
@@ -138,11 +146,25 @@ def read_text(text: str, file: str = "<text>", env: str = conf.DEFAULT_ENV,
     check = Check(doc.index, resolved.from_vars, found_so_far)
     check.problems.extend(found_so_far)
     pipeline = build(check, resolved.value)
-    secrets = frozenset(resolved.secrets)
+    secrets = frozenset(resolved.secrets) | registry_secrets(pipeline)
     if check.problems:
         raise SpecErrors(_masked(check.problems, secrets))
     pipeline = replace(pipeline, source_file=file, secret_values=secrets)
     return Loaded(pipeline, doc.index, tuple(_masked(check.warnings, secrets)))
+
+
+def registry_secrets(pipeline: Pipeline | None) -> frozenset[str]:
+    """The registry's credentials, also when written literally: never printed."""
+    registry = pipeline.source.registry if pipeline and pipeline.source else None
+    if registry is None:
+        return frozenset()
+    secrets = {registry.bearer, registry.basic}
+    if registry.basic and ":" in registry.basic:
+        secrets.add(registry.basic.split(":", 1)[1])
+    password = re.match(r"[a-z]+://[^/@]*:([^/@]+)@", registry.url)
+    if password:
+        secrets.add(password.group(1))
+    return frozenset(s for s in secrets if s)
 
 
 def _masked(problems: Iterable[Problem], secrets: frozenset[str]) -> list[Problem]:
@@ -294,6 +316,8 @@ def build(c: Check, raw: Any) -> Pipeline | None:
                                                                      "on_data_loss" in top)
     if target and uid:
         _deletes_rules(c, top, uid, target)
+    evolution = c.enum("schema_evolution", top.get("schema_evolution"), SCHEMA_EVOLUTIONS,
+                       "a schema evolution policy", default="add_columns")
     if source and target and uid:
         _columns(c, source, transform, uid, target, cdc)
     if source and target and dead_letter:
@@ -301,7 +325,7 @@ def build(c: Check, raw: Any) -> Pipeline | None:
     if c.problems:
         return None
     return Pipeline(name, source, uid, target, checkpoint, dead_letter, transform, trigger,
-                    frozen_map(spark_conf), operations, cdc=cdc)
+                    frozen_map(spark_conf), operations, cdc=cdc, schema_evolution=evolution)
 
 
 def _name(c: Check, top: dict) -> str | None:
@@ -335,7 +359,99 @@ def _source(c: Check, top: dict) -> Source | None:
         where = "source.schema" if schema is not None else "source.schemas"
         c.add("schema_rules", where, f"a schema is only used with format json; expected no "
               f"schema with format {fmt} (the payload is one column, value)")
-    return None if c.failed(mark) else Source(kafka, fmt, schema, frozen_map(schemas))
+    registry = _registry(c, source.get("registry"))
+    schema_file = c.text("source.schema_file", source.get("schema_file"),
+                         "a schema file: .avsc for avro, .proto for protobuf")
+    message = c.text("source.message", source.get("message"), "a protobuf message type, e.g. shop.Order")
+    _schema_source_rules(c, source, fmt, schema_file)
+    if c.failed(mark):
+        return None
+    return Source(kafka, fmt, schema, frozen_map(schemas), registry, schema_file, message)
+
+
+def _schema_source_rules(c: Check, source: dict, fmt: str | None, schema_file: str | None) -> None:
+    """avro and protobuf: exactly one of registry and schema_file; message for protobuf only."""
+    given = [key for key in ("registry", "schema_file") if source.get(key) is not None]
+    if fmt not in REGISTRY_FORMATS:
+        for key in given + (["message"] if source.get("message") is not None else []):
+            c.add("schema_rules", f"source.{key}", f"only used with format avro or protobuf; "
+                  f"expected no {key} with format {fmt}")
+        return
+    for key in ("schema", "schemas"):
+        if source.get(key) is not None:
+            c.add("schema_rules", f"source.{key}", f"format {fmt} reads its schema from the registry "
+                  f"or schema_file; expected no {key} (the columns are the reader schema's fields)")
+    if len(given) != 1 and not (c.misspelt("source.registry") or c.misspelt("source.schema_file")):
+        found = "both are given" if given else "neither is given"
+        c.add("schema_rules", "source", f"format {fmt} needs registry or schema_file; {found}; "
+              "expected exactly one of them")
+    if schema_file is not None and not schema_file.endswith(SCHEMA_FILE_SUFFIXES[fmt]):
+        c.add("bad_value", "source.schema_file", f"{schema_file!r} is not a {fmt} schema file; "
+              f"expected a file ending in {SCHEMA_FILE_SUFFIXES[fmt][0]}")
+    if fmt == "avro" and source.get("message") is not None:
+        c.add("schema_rules", "source.message", "message is only used with format protobuf; "
+              "expected no message with format avro")
+    if fmt == "protobuf" and schema_file is not None and source.get("message") is None \
+            and not c.misspelt("source.message"):
+        c.add("schema_rules", "source", "a .proto schema_file needs message; expected "
+              "source.message: the message type, e.g. shop.Order")
+
+
+def _registry(c: Check, raw: Any) -> Registry | None:
+    p = "source.registry"
+    registry = c.mapping(p, raw, REGISTRY_KEYS) if raw is not None else None
+    if registry is None:
+        return None
+    mark = c.mark()
+    url = c.text(f"{p}.url", c.need(registry, p, "url", "the registry's http(s) URL"),
+                 "the registry's http(s) URL")
+    if url is not None and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", url):
+        c.add("bad_value", f"{p}.url", "not an http(s) URL; expected e.g. https://registry:8081")
+    subject = c.text(f"{p}.subject", registry.get("subject"), "a subject, e.g. orders-value")
+    version = _registry_version(c, registry.get("version"))
+    basic, bearer = _registry_auth(c, registry.get("auth"))
+    tls = _registry_tls(c, registry.get("tls"))
+    if c.failed(mark):
+        return None
+    return Registry(url, subject, version, basic, bearer, tls)
+
+
+def _registry_version(c: Check, value: Any) -> str | int:
+    path = "source.registry.version"
+    if value is None or value == "latest":
+        return "latest"
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    if isinstance(value, str) and value.isdigit() and int(value) >= 1:
+        return int(value)
+    c.add("bad_value", path, f"{value!r} is not a schema version; expected latest or a version "
+          "number (1, 2, ...)")
+    return "latest"
+
+
+def _registry_auth(c: Check, raw: Any) -> tuple[str | None, str | None]:
+    p = "source.registry.auth"
+    auth = c.mapping(p, raw, AUTH_KEYS) if raw is not None else None
+    if not auth:
+        return None, None
+    basic = c.text(f"{p}.basic", auth.get("basic"), '"user:password", e.g. "${SR_USER}:${SR_PASSWORD}"')
+    bearer = c.text(f"{p}.bearer", auth.get("bearer"), "a bearer token, e.g. ${SR_TOKEN}")
+    if basic is not None and ":" not in basic:
+        c.add("bad_value", f"{p}.basic", 'not user:password; expected "${SR_USER}:${SR_PASSWORD}"')
+    if basic is not None and bearer is not None:
+        c.add("exclusive_keys", p, "basic and bearer are both given; expected one of them")
+    return basic, bearer
+
+
+def _registry_tls(c: Check, raw: Any) -> RegistryTls | None:
+    p = "source.registry.tls"
+    tls = c.mapping(p, raw, TLS_KEYS) if raw is not None else None
+    if not tls:
+        return None
+    files = {key: c.text(f"{p}.{key}", tls.get(key), "a PEM file") for key in TLS_KEYS}
+    if (files["cert"] is None) != (files["key"] is None):
+        c.add("bad_value", p, "cert and key go together; expected both (mutual TLS) or neither")
+    return RegistryTls(**files)
 
 
 def _schemas(c: Check, raw: Any, kafka: KafkaSource | None) -> dict[str, str]:
@@ -778,6 +894,8 @@ def decoded_columns(source: Source) -> dict[str, str] | None:
         return {"value": "STRING"}
     if source.format == "bytes":
         return {"value": "BINARY"}
+    if source.format in REGISTRY_FORMATS:
+        return None  # the reader schema is known at run time (registry) or to the Spark pass
     return ddl_columns(source.schema or "")
 
 
@@ -823,9 +941,7 @@ def to_document(pipeline: Pipeline) -> dict:
     `plan` shows, and what loads back into an equal Pipeline."""
     document = {
         "name": pipeline.name,
-        "source": _drop_empty({"kafka": _kafka_document(pipeline.source.kafka),
-                               "format": pipeline.source.format, "schema": pipeline.source.schema,
-                               "schemas": dict(pipeline.source.schemas)}),
+        "source": _source_document(pipeline.source),
         "transform": _drop_empty({"select": list(pipeline.transform.select),
                                   "where": pipeline.transform.where}) if pipeline.transform else None,
         "cdc": _cdc_document(pipeline.cdc),
@@ -836,6 +952,7 @@ def to_document(pipeline: Pipeline) -> dict:
                                     "table": pipeline.dead_letter.table}),
         "trigger": _trigger_document(pipeline.trigger),
         "spark_conf": dict(pipeline.spark_conf),
+        "schema_evolution": pipeline.schema_evolution,
     }
     return {**_drop_empty(document, keep=("spark_conf",)), **operations_spec.to_document(pipeline.operations)}
 
@@ -843,6 +960,22 @@ def to_document(pipeline: Pipeline) -> dict:
 def deletes_apply(pipeline: Pipeline) -> bool:
     """Whether anything in this pipeline deletes: only cdc changes do."""
     return pipeline.cdc is not None
+
+
+def _source_document(source: Source) -> dict:
+    registry = source.registry
+    registry_document = None
+    if registry is not None:
+        tls = registry.tls
+        registry_document = _drop_empty({
+            "url": registry.url, "subject": registry.subject, "version": registry.version,
+            "auth": _drop_empty({"basic": registry.basic, "bearer": registry.bearer}),
+            "tls": _drop_empty({"ca": tls.ca, "cert": tls.cert, "key": tls.key}) if tls else None,
+        })
+    return _drop_empty({"kafka": _kafka_document(source.kafka), "format": source.format,
+                        "schema": source.schema, "schemas": dict(source.schemas),
+                        "registry": registry_document,
+                        "schema_file": source.schema_file, "message": source.message})
 
 
 def _kafka_document(kafka: KafkaSource) -> dict:

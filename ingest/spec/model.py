@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
-FORMATS = ("json", "string", "bytes")
+FORMATS = ("json", "avro", "protobuf", "string", "bytes")
+REGISTRY_FORMATS = ("avro", "protobuf")  # decoded with a schema from a registry or a file
+SCHEMA_EVOLUTIONS = ("add_columns", "fail")
 MODES = ("insert_only", "upsert")
 ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
 UID_KINDS = ("header", "field", "fields", "coordinates", "key")
@@ -38,12 +40,43 @@ class KafkaSource:
 
 
 @dataclass(frozen=True)
+class RegistryTls:
+    ca: str | None = None  # a PEM file of the CAs to trust; default: the system's
+    cert: str | None = None  # client certificate (PEM) for mutual TLS
+    key: str | None = None
+
+
+@dataclass(frozen=True)
+class Registry:
+    """A Confluent-compatible Schema Registry; the credentials are secrets."""
+
+    url: str
+    subject: str | None = None  # default: <topic>-value
+    version: str | int = "latest"  # the reader schema: latest at start, or a version number
+    basic: str | None = field(default=None, repr=False)  # "user:password"
+    bearer: str | None = field(default=None, repr=False)
+    tls: RegistryTls | None = None
+
+
+@dataclass(frozen=True)
 class Source:
     kafka: KafkaSource
     format: str = "json"
     schema: str | None = None  # Spark DDL; required for json
     # per-topic DDL with a pattern; a topic not named here uses `schema`
     schemas: Mapping[str, str] = field(default_factory=frozen_map)
+    registry: Registry | None = None  # avro | protobuf: the writer schemas by id, the reader schema
+    schema_file: str | None = None  # avro | protobuf without a registry: .avsc, or .proto + message
+    message: str | None = None  # protobuf: the message type, e.g. shop.Order
+
+    @property
+    def subject(self) -> str | None:
+        """The registry subject of the reader schema (TopicNameStrategy by default)."""
+        if self.registry is None:
+            return None
+        if self.registry.subject:
+            return self.registry.subject
+        return f"{self.kafka.topics[0]}-value" if self.kafka.topics else None
 
 
 @dataclass(frozen=True)
@@ -160,6 +193,8 @@ class Pipeline:
     spark_conf: Mapping[str, str] = field(default_factory=frozen_map)
     operations: Operations = Operations()
     cdc: Cdc | None = None
+    # add_columns: a new payload column is added to the target; fail: any change stops the run
+    schema_evolution: str = "add_columns"
     # where it was declared, for messages
     source_file: str | None = None
     # resolved values that must never be printed (from secret variables or secret keys)

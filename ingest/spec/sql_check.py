@@ -18,7 +18,7 @@ from typing import Iterator
 
 from ingest.errors import Problem
 from ingest.spec.loader import INGEST_COLUMNS, column_references
-from ingest.spec.model import Pipeline, Source, Transform
+from ingest.spec.model import REGISTRY_FORMATS, Pipeline, Source, Transform
 from ingest.spec.values import did_you_mean
 
 # PySpark logs every analysis error it raises at ERROR with a JVM stack trace;
@@ -34,12 +34,14 @@ NOT_ROW_BY_ROW = {"Aggregate": "an aggregate", "Generate": "a generator (such as
 DDL_EXAMPLE = '"order_id STRING, amount DOUBLE, ts TIMESTAMP"'
 
 
-def check_sql(pipeline: Pipeline, spark) -> list[Problem]:
-    """Every DDL / SQL / column problem of a loaded pipeline, with key paths."""
+def check_sql(pipeline: Pipeline, spark, payload=None) -> list[Problem]:
+    """Every DDL / SQL / column problem of a loaded pipeline, with key paths.
+    `payload`: the decoded columns (StructType) when they come from a reader
+    schema (avro, protobuf), which the caller asked the registry for."""
     problems: list[Problem] = []
     with quiet_spark_errors():
         for path, source in _schema_variants(pipeline.source):
-            decoded = _decoded_frame(spark, source, problems, path)
+            decoded = _decoded_frame(spark, source, problems, path, payload)
             if decoded is None:
                 continue
             output = _transformed(decoded, pipeline.transform, problems)
@@ -69,11 +71,11 @@ def parse_schema(spark, ddl: str):
     return spark.createDataFrame([], ddl).schema
 
 
-def output_schema(spark, pipeline: Pipeline):
+def output_schema(spark, pipeline: Pipeline, payload=None):
     """The payload columns after `transform`: what the target holds besides ingest's own."""
     problems: list[Problem] = []
     with quiet_spark_errors():
-        decoded = _decoded_frame(spark, pipeline.source, problems)
+        decoded = _decoded_frame(spark, pipeline.source, problems, payload=payload)
         output = _transformed(decoded, pipeline.transform, problems) if decoded else None
     return None if problems or output is None else output.schema
 
@@ -96,10 +98,15 @@ def quiet_spark_errors() -> Iterator[None]:
             logger.disabled = disabled
 
 
-def _decoded_frame(spark, source: Source, problems: list[Problem], path: str = "source.schema"):
+def _decoded_frame(spark, source: Source, problems: list[Problem], path: str = "source.schema",
+                   payload=None):
     """An empty DataFrame of the decoded payload, as `decode` produces it."""
     from pyspark.errors import PySparkException
 
+    if payload is not None:
+        return spark.createDataFrame([], payload)
+    if source.format in REGISTRY_FORMATS:
+        return None  # no reader schema to check against
     ddl = {"string": "value STRING", "bytes": "value BINARY"}.get(source.format, source.schema)
     try:
         frame = spark.createDataFrame([], ddl)

@@ -139,3 +139,31 @@ def demo_run(tmp_path_factory):
     done = subprocess.run([sys.executable, "-m", "ingest", "demo", "--data-root", str(root)],
                           cwd=PROJECT, env=env, capture_output=True, text=True, timeout=1500)
     return DemoRun(root, done.returncode, done.stdout + done.stderr)
+
+
+REGISTRY_USER, REGISTRY_PASSWORD = "ingest-tests", "sr-secret-pw"
+
+
+@pytest.fixture(scope="session")
+def registry():
+    """The test stand-in for a Schema Registry (tests/schema_registry_stand_in.py), basic auth on."""
+    from tests.schema_registry_stand_in import StandInRegistry
+
+    stand_in = StandInRegistry(REGISTRY_USER, REGISTRY_PASSWORD).start()
+    yield stand_in
+    stand_in.stop()
+
+
+def registry_spec(stand_in, **changes):
+    """source.registry for the stand-in, with its credentials."""
+    from ingest.spec.model import Registry
+
+    return Registry(url=stand_in.url, basic=f"{REGISTRY_USER}:{REGISTRY_PASSWORD}", **changes)
+
+
+def registry_client(stand_in):
+    """confluent-kafka's own client, as producers use it."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    return SchemaRegistryClient({"url": stand_in.url,
+                                 "basic.auth.user.info": f"{REGISTRY_USER}:{REGISTRY_PASSWORD}"})

@@ -1,0 +1,217 @@
+"""Avro payloads -> Spark columns, decoded with fastavro inside an Arrow UDF.
+
+Why not Spark's `from_avro`: it takes one fixed schema and knows nothing of the
+registry's 5-byte framing, its jar (`spark-avro`) is not on Maven Central for
+the pinned Spark 4.2.0, and Databricks serverless allows no JVM calls from
+Python. fastavro over Arrow batches runs wherever PySpark runs.
+
+Each record is read with its own writer schema (by the id in its frame) and
+resolved to the reader schema by Avro's rules (defaults for fields the writer
+lacks, promotions int -> long -> float -> double, ...). A record that cannot
+be read is marked with the reason; it never raises.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+from datetime import time
+from typing import Any, Callable
+from uuid import UUID
+
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    BooleanType,
+    DataType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+from ingest.errors import IngestError
+
+PRIMITIVES: dict[str, DataType] = {
+    "boolean": BooleanType(), "int": IntegerType(), "long": LongType(), "float": FloatType(),
+    "double": DoubleType(), "bytes": BinaryType(), "string": StringType(), "fixed": BinaryType(),
+    "enum": StringType(),
+}
+LOGICAL: dict[str, DataType] = {
+    "date": DateType(), "timestamp-millis": TimestampType(), "timestamp-micros": TimestampType(),
+    "local-timestamp-millis": TimestampNTZType(), "local-timestamp-micros": TimestampNTZType(),
+    "uuid": StringType(), "time-millis": StringType(), "time-micros": StringType(),
+}
+
+
+class UnsupportedSchema(IngestError):
+    """A reader schema this decoder cannot map to Spark columns (bad input: exit 2)."""
+
+
+def parse(schema_text: str) -> dict:
+    """A schema's JSON with every named type written out where it is used."""
+    from fastavro import parse_schema
+
+    try:
+        return parse_schema(json.loads(schema_text), expand=True)
+    except Exception as error:  # fastavro raises several kinds; all mean the same here
+        raise UnsupportedSchema(f"not a valid Avro schema: {error}") from None
+
+
+def spark_schema(reader: dict) -> StructType:
+    """The reader schema (a record) as the payload's Spark columns."""
+    if not isinstance(reader, dict) or reader.get("type") != "record":
+        raise UnsupportedSchema("the reader schema is not an Avro record; expected a record "
+                                "whose fields become the payload columns")
+    return spark_type(reader, ())
+
+
+def spark_type(schema: Any, seen: tuple[str, ...]) -> DataType:
+    if isinstance(schema, list):
+        return _union(schema, seen)
+    if isinstance(schema, str):
+        if schema not in PRIMITIVES:
+            raise UnsupportedSchema(f"Avro type {schema!r} is not supported here")
+        return PRIMITIVES[schema]
+    logical = schema.get("logicalType")
+    if logical == "decimal":
+        return DecimalType(int(schema["precision"]), int(schema.get("scale", 0)))
+    if logical in LOGICAL:
+        return LOGICAL[logical]
+    kind = schema["type"]
+    if kind == "record":
+        name = schema.get("name", "")
+        if name in seen:
+            raise UnsupportedSchema(f"record {name} refers to itself; recursive records have no "
+                                    "Spark type")
+        return StructType([StructField(f["name"], spark_type(f["type"], seen + (name,)),
+                                       _nullable(f["type"])) for f in schema["fields"]])
+    if kind == "array":
+        return ArrayType(spark_type(schema["items"], seen), _nullable(schema["items"]))
+    if kind == "map":
+        return MapType(StringType(), spark_type(schema["values"], seen), _nullable(schema["values"]))
+    return spark_type(kind, seen)
+
+
+def _union(branches: list, seen: tuple[str, ...]) -> DataType:
+    others = [b for b in branches if b != "null"]
+    if len(others) != 1:
+        raise UnsupportedSchema(f"a union of {len(others)} non-null types has no single Spark "
+                                "type; expected a type or [null, type]")
+    return spark_type(others[0], seen)
+
+
+def _nullable(schema: Any) -> bool:
+    return isinstance(schema, list) and "null" in schema
+
+
+# --- reading records -----------------------------------------------------------
+
+CONFLUENT_MAGIC = 0
+
+
+def frame_id(value: bytes | None) -> int | None:
+    """The schema id of a record in the Confluent wire format, or None if not framed."""
+    if value is None or len(value) < 5 or value[0] != CONFLUENT_MAGIC:
+        return None
+    return struct.unpack(">I", value[1:5])[0]
+
+
+class Reader:
+    """Reads payloads with their writer schema resolved to the reader schema.
+
+    `writers` maps schema id -> writer schema text, or None for an id the
+    registry does not have. With `framed=False` (a schema_file) every record is
+    plain Avro written with the reader schema itself.
+    """
+
+    def __init__(self, reader_text: str, writers: dict[int, str | None], framed: bool = True):
+        self.reader = parse(reader_text)
+        self.writer_texts = writers
+        self.framed = framed
+        self.fix = _fixer(self.reader)
+        self._writers: dict[int, dict] = {}
+
+    def read(self, value: bytes | None) -> tuple[dict | None, str | None]:
+        """(record, None) or (None, why it could not be read)."""
+        from fastavro import schemaless_reader
+
+        if value is None:
+            return None, "null value (tombstone)"
+        if not self.framed:
+            return self._read(schemaless_reader, value, self.reader, "the schema_file's schema")
+        schema_id = frame_id(value)
+        if schema_id is None:
+            return None, "not in the Confluent wire format (no magic byte 0 and 4-byte schema id)"
+        writer = self._writer(schema_id)
+        if writer is None:
+            return None, f"unknown schema id {schema_id}: the registry has no such schema"
+        return self._read(schemaless_reader, value[5:], writer, f"schema id {schema_id}")
+
+    def _read(self, schemaless_reader, payload: bytes, writer: dict, which: str):
+        data = io.BytesIO(payload)
+        try:
+            record = schemaless_reader(data, writer, self.reader)
+        except Exception as error:  # truncated bytes, unresolvable schemas, bad unions...
+            return None, f"does not decode with {which}: {_short(error)}"
+        if data.tell() != len(payload):
+            return None, (f"does not decode with {which}: {len(payload) - data.tell()} "
+                          "byte(s) left over after the record")
+        return (self.fix(record) if self.fix else record), None
+
+    def _writer(self, schema_id: int) -> dict | None:
+        if schema_id not in self._writers:
+            text = self.writer_texts.get(schema_id)
+            if text is None:
+                return None
+            self._writers[schema_id] = parse(text)
+        return self._writers[schema_id]
+
+
+def _short(error: Exception) -> str:
+    text = str(error) or type(error).__name__
+    if isinstance(error, (EOFError, struct.error)) or "EOF" in text or "buffer" in text:
+        return f"truncated record ({type(error).__name__}: {text})"[:300]
+    return f"{type(error).__name__}: {text}"[:300]
+
+
+# Arrow takes dates, datetimes, decimals, bytes and nested dicts/lists as fastavro
+# gives them; only uuids and times need a change, so only their paths are walked.
+def _fixer(schema: Any) -> Callable[[Any], Any] | None:
+    if isinstance(schema, list):
+        others = [b for b in schema if b != "null"]
+        return _fixer(others[0]) if len(others) == 1 else None
+    if not isinstance(schema, dict):
+        return None
+    if schema.get("logicalType") in ("uuid", "time-millis", "time-micros"):
+        return _leaf_to_text
+    kind = schema.get("type")
+    if kind == "record":
+        fixes = {f["name"]: fix for f in schema["fields"] if (fix := _fixer(f["type"]))}
+        if not fixes:
+            return None
+        return lambda record: record if record is None else {
+            **record, **{name: fix(record[name]) for name, fix in fixes.items()}}
+    if kind == "array":
+        fix = _fixer(schema["items"])
+        return (lambda items: items if items is None else [fix(i) for i in items]) if fix else None
+    if kind == "map":
+        fix = _fixer(schema["values"])
+        return (lambda values: values if values is None else
+                {k: fix(v) for k, v in values.items()}) if fix else None
+    return None
+
+
+def _leaf_to_text(value: Any) -> Any:
+    if isinstance(value, (UUID, time)):
+        return value.isoformat() if isinstance(value, time) else str(value)
+    return value
