@@ -63,6 +63,10 @@ def table_exists(session, target: Target | DeadLetter) -> bool:
     return DeltaTable.isDeltaTable(session, target.path)
 
 
+def target_schema(session, target: Target):
+    return _table(session, target).toDF().schema
+
+
 def builder_name(table: str) -> str:
     """OSS Delta's table builder parses `[db.]table` only, in the session catalog:
     `spark_catalog.db.t` is given as `db.t`, the same table. Other names pass as

@@ -18,11 +18,11 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from ingest.batch import dead_letter, faults, ledger, merge_mode, offset_log, transform
+from ingest.batch import dead_letter, faults, ledger, merge_mode, offset_log, schema_evolution, transform
 from ingest.batch.cdc import decode_envelope
 from ingest.batch.conflicts import retry_conflicts
 from ingest.batch.decode import RAW, STAGE, decode
-from ingest.batch.merge import MergeResult, table_exists
+from ingest.batch.merge import MergeResult, table_exists, target_schema
 from ingest.batch.uid import UID, with_uid
 from ingest.kafka import admin as kafka_admin
 from ingest.spec.model import Pipeline
@@ -95,6 +95,7 @@ class BatchProcessor:
     _planned_end: tuple | None = None  # (batch id, Spark's planned end offsets) of the last batch
     _txn_version: int | None = -2  # the target's for the app id when the run started; -2: not read
     _topic_ids: dict | None = None
+    _accepted_columns: StructType | None = None  # the batch columns last checked against the target
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         self._batch_offsets = None
@@ -115,8 +116,9 @@ class BatchProcessor:
                                    end, summary.counts, table=self.table_key, start_offsets=start,
                                    topic_ids=self._ids(end))
             self._check_replay(session, batch_id, txn, start, end)
-            self._write_dead_letters(staged, summary, batch_id, txn)
             rows = merge_mode.batch_rows(staged.where(F.col(STAGE).isNull()), self.pipeline)
+            self._check_schema(session, rows.schema)  # before anything of the batch is written
+            self._write_dead_letters(staged, summary, batch_id, txn)
             merged = self._merge(session, rows, summary, batch_id, txn)  # 3-4
             self.on_report(BatchReport(self.pipeline.name, batch_id, summary, merged,
                                        time.monotonic() - started))
@@ -150,6 +152,13 @@ class BatchProcessor:
     def _route(self, decoded: DataFrame, failed) -> DataFrame:
         transformed = transform.apply(decoded, self.pipeline.transform, failed)
         return with_uid(transformed, self.pipeline.uid, upsert_order(self.pipeline)).persist()
+
+    def _check_schema(self, session, columns: StructType) -> None:
+        if columns == self._accepted_columns or not table_exists(session, self.pipeline.target):
+            return
+        schema_evolution.check(target_schema(session, self.pipeline.target), columns,
+                               self.pipeline.schema_evolution, self.pipeline.target.location)
+        self._accepted_columns = columns
 
     def _write_dead_letters(self, staged, summary: BatchSummary, batch_id: int, txn) -> None:
         faults.point("before_dead_letter", batch_id)

@@ -65,8 +65,10 @@ class RegistryClient:
         body = self._get(f"/schemas/ids/{int(schema_id)}{query}", f"schema id {schema_id}")
         return _registered(body, schema_id)
 
-    def subject_version(self, subject: str, version: str | int = "latest") -> RegisteredSchema:
-        path = f"/subjects/{urllib.parse.quote(subject, safe='')}/versions/{version}"
+    def subject_version(self, subject: str, version: str | int = "latest",
+                        serialized: bool = False) -> RegisteredSchema:
+        query = "?format=serialized" if serialized else ""
+        path = f"/subjects/{urllib.parse.quote(subject, safe='')}/versions/{version}{query}"
         body = self._get(path, f"subject {subject!r} version {version}")
         return _registered(body, body.get("id"))
 

@@ -17,7 +17,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
-from ingest.batch import avro
+from ingest.batch import avro, protobuf
 from ingest.batch.registry import RegistryClient, SchemaNotFound
 from ingest.errors import IngestError
 from ingest.spec.model import Source
@@ -34,7 +34,7 @@ class SchemaDecoder:
     """What a run needs to decode avro or protobuf; built once per run on the driver."""
 
     format: str
-    reader_text: str
+    reader: object  # avro: the schema's JSON text; protobuf: a ProtoSchema
     columns: StructType  # the payload columns: the reader schema as Spark types
     client: RegistryClient | None = None  # None: a schema_file, records not framed
     message: str | None = None  # protobuf: the message type
@@ -43,15 +43,31 @@ class SchemaDecoder:
     @classmethod
     def open(cls, source: Source) -> "SchemaDecoder":
         if source.format == "protobuf":
-            from ingest.batch import protobuf
-
-            return protobuf.open_decoder(cls, source)
+            return cls._open_protobuf(source)
         if source.registry is None:
             text = _read_file(source.schema_file)
             return cls("avro", text, avro.spark_schema(avro.parse(text)))
         client = RegistryClient(source.registry)
         reader = reader_schema(client, source)
         return cls("avro", reader.text, avro.spark_schema(avro.parse(reader.text)), client)
+
+    @classmethod
+    def _open_protobuf(cls, source: Source) -> "SchemaDecoder":
+        if source.registry is None:
+            raise SchemaUnavailable(
+                f"source.schema_file: {source.schema_file} is a .proto file, which needs a "
+                "protobuf compiler this package does not ship; expected format protobuf with a "
+                "source.registry (schemas are read serialized from it)")
+        client = RegistryClient(source.registry)
+        reader = reader_schema(client, source, serialized=True)
+        schema = proto_schema(client, reader)
+        message = source.message or protobuf.first_message(schema)
+        try:
+            descriptor = protobuf.pool_of(schema).FindMessageTypeByName(message)
+        except KeyError:
+            raise SchemaUnavailable(f"source.message: {message} is not a message of subject "
+                                    f"{source.subject}") from None
+        return cls("protobuf", schema, protobuf.spark_schema(descriptor), client, message)
 
     @property
     def framed(self) -> bool:
@@ -77,8 +93,10 @@ class SchemaDecoder:
 
     def fetch_writer(self, schema_id: int):
         try:
+            if self.format == "protobuf":
+                return proto_schema(self.client, self.client.schema_by_id(schema_id, serialized=True))
             return self.client.schema_by_id(schema_id).text
-        except SchemaNotFound:
+        except (SchemaNotFound, protobuf.UnsupportedProtobuf):
             return None  # its records become dead letters naming the id
 
     def udf(self):
@@ -90,7 +108,9 @@ class SchemaDecoder:
 
     def reader_factory(self):
         """A picklable callable that makes the record reader on the executor."""
-        return _AvroReaderFactory(self.reader_text, dict(self.writers), self.framed)
+        if self.format == "protobuf":
+            return _ProtobufReaderFactory(self.reader, self.message, dict(self.writers))
+        return _AvroReaderFactory(self.reader, dict(self.writers), self.framed)
 
 
 @dataclass(frozen=True)
@@ -101,6 +121,25 @@ class _AvroReaderFactory:
 
     def __call__(self):
         return avro.Reader(self.reader_text, self.writers, self.framed)
+
+
+@dataclass(frozen=True)
+class _ProtobufReaderFactory:
+    reader: "protobuf.ProtoSchema"
+    message: str
+    writers: dict
+
+    def __call__(self):
+        return protobuf.Reader(self.reader, self.message, self.writers)
+
+
+def proto_schema(client: RegistryClient, registered) -> "protobuf.ProtoSchema":
+    """A registered Protobuf schema with the files it references, dependencies first."""
+    files: list[bytes] = []
+    for reference in registered.references:
+        dependency = client.subject_version(reference["subject"], reference["version"], serialized=True)
+        files += [f for f in proto_schema(client, dependency).files if f not in files]
+    return protobuf.ProtoSchema(tuple(files) + (protobuf.from_registry_text(registered.text),))
 
 
 def reader_columns(source: Source) -> StructType:
@@ -114,9 +153,9 @@ def ddl(columns: StructType) -> str:
                      for f in columns.fields)
 
 
-def reader_schema(client: RegistryClient, source: Source):
+def reader_schema(client: RegistryClient, source: Source, serialized: bool = False):
     try:
-        return client.subject_version(source.subject, source.registry.version)
+        return client.subject_version(source.subject, source.registry.version, serialized)
     except SchemaNotFound as error:
         raise SchemaUnavailable(f"source.registry: {error}; expected the subject "
                                 f"{source.subject!r} to have a version {source.registry.version}"

@@ -85,7 +85,7 @@ def avro_run(spark, kafka, registry, tmp_path_factory):
                       format="avro", registry=registry_spec(registry)),
         uid=Uid(header="message-id"), target=Target(path=str(root / "target")),
         checkpoint=str(root / "checkpoint"), dead_letter=DeadLetter(path=str(root / "dead")))
-    reports = run_once(spark, pipeline)
+    reports = run_once(spark, pipeline, timeout=600)  # one run for the module: room for a busy machine
     return pipeline, reports, whole
 
 

@@ -1,0 +1,301 @@
+"""Protobuf payloads -> Spark columns, read with protobuf's Python runtime in an Arrow UDF.
+
+A framed record is magic byte 0, the 4-byte schema id, the message indexes
+(zigzag varints; one 0 byte for the file's first message), then the message.
+Protobuf resolves versions by field number, so a record is parsed with the
+reader's message class: fields the reader lacks are skipped, fields the writer
+lacks take their defaults. The writer schema (by id) says which message the
+record is; a record of another message type, an unknown id or bytes that do
+not parse are dead letters naming the schema id.
+
+Schemas travel as serialized FileDescriptorProtos (the registry's
+`format=serialized`), so no protoc is needed anywhere.
+"""
+
+from __future__ import annotations
+
+import base64
+import struct
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    BooleanType,
+    DataType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from ingest.errors import IngestError
+
+# FieldDescriptor.TYPE_* -> Spark type
+SCALARS: dict[int, DataType] = {
+    1: DoubleType(), 2: FloatType(), 3: LongType(), 4: DecimalType(20, 0), 5: IntegerType(),
+    6: DecimalType(20, 0), 7: LongType(), 8: BooleanType(), 9: StringType(), 12: BinaryType(),
+    13: LongType(), 14: StringType(), 15: IntegerType(), 16: LongType(), 17: IntegerType(),
+    18: LongType(),
+}
+TYPE_MESSAGE, TYPE_ENUM = 11, 14
+WRAPPERS = {f"google.protobuf.{name}Value" for name in
+            ("Double", "Float", "Int64", "UInt64", "Int32", "UInt32", "Bool", "String", "Bytes")}
+TIMESTAMP = "google.protobuf.Timestamp"
+BUILTIN_PREFIXES = ("google/protobuf/", "google/type/", "confluent/")
+
+
+class UnsupportedProtobuf(IngestError):
+    """A reader message this decoder cannot map to Spark columns (bad input)."""
+
+
+@dataclass(frozen=True)
+class ProtoSchema:
+    """One schema as the registry holds it: its file and the files it imports, serialized."""
+
+    files: tuple[bytes, ...]  # dependencies first, the schema's own file last
+
+    @property
+    def file(self):
+        from google.protobuf import descriptor_pb2
+
+        return descriptor_pb2.FileDescriptorProto.FromString(self.files[-1])
+
+
+def from_registry_text(text: str) -> bytes:
+    """The registry's `format=serialized` text (base64) as FileDescriptorProto bytes."""
+    try:
+        return base64.b64decode(text, validate=True)
+    except ValueError:
+        raise UnsupportedProtobuf("the registry gave the schema as .proto text, not serialized; "
+                                  "expected a registry that answers format=serialized") from None
+
+
+def pool_of(schema: ProtoSchema):
+    """A descriptor pool with the schema's files, and the well-known types it imports."""
+    from google.protobuf import descriptor_pb2, descriptor_pool
+
+    _import_well_known_types()
+    pool = descriptor_pool.DescriptorPool()
+    added: set[str] = set()
+    for data in schema.files:
+        for name in descriptor_pb2.FileDescriptorProto.FromString(data).dependency:
+            _add_builtin(pool, name, added)
+        name = descriptor_pb2.FileDescriptorProto.FromString(data).name
+        if name not in added:
+            pool.AddSerializedFile(data)
+            added.add(name)
+    return pool
+
+
+def _add_builtin(pool, name: str, added: set[str]) -> None:
+    from google.protobuf import descriptor_pool
+
+    if name in added or not name.startswith(BUILTIN_PREFIXES):
+        return
+    try:
+        builtin = descriptor_pool.Default().FindFileByName(name)
+    except KeyError:
+        return  # not a file this runtime knows: the reference must bring it
+    for dependency in builtin.dependencies:
+        _add_builtin(pool, dependency.name, added)
+    pool.AddSerializedFile(builtin.serialized_pb)
+    added.add(name)
+
+
+def _import_well_known_types() -> None:
+    from google.protobuf import (  # noqa: F401 (imported for their descriptors)
+        any_pb2,
+        duration_pb2,
+        struct_pb2,
+        timestamp_pb2,
+        wrappers_pb2,
+    )
+
+
+def message_name(schema: ProtoSchema, indexes: list[int]) -> str:
+    """The full name of the message at `indexes` in the schema's own file."""
+    file = schema.file
+    names, types = [], file.message_type
+    for index in indexes:
+        if not 0 <= index < len(types):
+            raise IndexError(f"message index {indexes} is not in {file.name}")
+        names.append(types[index].name)
+        types = types[index].nested_type
+    return ".".join(([file.package] if file.package else []) + names)
+
+
+def first_message(schema: ProtoSchema) -> str:
+    return message_name(schema, [0])
+
+
+# --- Spark types ------------------------------------------------------------------
+
+
+def spark_schema(descriptor) -> StructType:
+    return _struct(descriptor, ())
+
+
+def _struct(descriptor, seen: tuple[str, ...]) -> StructType:
+    if descriptor.full_name in seen:
+        raise UnsupportedProtobuf(f"message {descriptor.full_name} contains itself; recursive "
+                                  "messages have no Spark type")
+    seen = seen + (descriptor.full_name,)
+    return StructType([StructField(f.name, _field_type(f, seen), True) for f in descriptor.fields])
+
+
+def _field_type(field, seen) -> DataType:
+    if _is_map(field):
+        key, value = field.message_type.fields_by_name["key"], field.message_type.fields_by_name["value"]
+        return MapType(_single_type(key, seen), _single_type(value, seen), True)
+    single = _single_type(field, seen)
+    return ArrayType(single, True) if _repeated(field) else single
+
+
+def _single_type(field, seen) -> DataType:
+    if field.type != TYPE_MESSAGE:
+        return SCALARS[field.type]
+    name = field.message_type.full_name
+    if name == TIMESTAMP:
+        return TimestampType()
+    if name in WRAPPERS:
+        return _single_type(field.message_type.fields_by_name["value"], seen)
+    return _struct(field.message_type, seen)
+
+
+def _repeated(field) -> bool:
+    # `is_repeated` from protobuf 6; `label` (deprecated there) before
+    repeated = getattr(field, "is_repeated", None)
+    return repeated if repeated is not None else field.label == 3
+
+
+def _is_map(field) -> bool:
+    return (field.type == TYPE_MESSAGE and _repeated(field)
+            and field.message_type.GetOptions().map_entry)
+
+
+# --- Python values Arrow takes ------------------------------------------------------
+
+
+def converter(descriptor) -> Callable[[Any], dict]:
+    fields = [(f.name, _field_converter(f)) for f in descriptor.fields]
+    presence = {f.name for f in descriptor.fields if f.type == TYPE_MESSAGE and not _repeated(f)}
+
+    def convert(message) -> dict:
+        return {name: (None if name in presence and not message.HasField(name)
+                       else convert_field(getattr(message, name)))
+                for name, convert_field in fields}
+
+    return convert
+
+
+def _field_converter(field) -> Callable[[Any], Any]:
+    if _is_map(field):
+        value = _single_converter(field.message_type.fields_by_name["value"])
+        return lambda entries: {k: value(v) for k, v in entries.items()}
+    single = _single_converter(field)
+    if _repeated(field):
+        return lambda items: [single(i) for i in items]
+    return single
+
+
+def _single_converter(field) -> Callable[[Any], Any]:
+    if field.type == TYPE_ENUM:
+        values = field.enum_type.values_by_number
+        return lambda number: values[number].name if number in values else str(number)
+    if field.type in (4, 6):  # uint64, fixed64: DECIMAL(20, 0)
+        from decimal import Decimal
+
+        return Decimal
+    if field.type != TYPE_MESSAGE:
+        return lambda value: value
+    name = field.message_type.full_name
+    if name == TIMESTAMP:
+        from datetime import timezone
+
+        return lambda ts: ts.ToDatetime(tzinfo=timezone.utc)
+    if name in WRAPPERS:
+        return lambda wrapper: wrapper.value
+    return converter(field.message_type)
+
+
+# --- reading records ------------------------------------------------------------------
+
+
+def read_indexes(value: bytes, position: int) -> tuple[list[int], int]:
+    """The message indexes after the 5-byte frame, and where the message starts."""
+    count, position = _zigzag_varint(value, position)
+    if count == 0:
+        return [0], position
+    if not 0 < count <= 100:
+        raise ValueError(f"{count} message indexes")
+    indexes = []
+    for _ in range(count):
+        index, position = _zigzag_varint(value, position)
+        indexes.append(index)
+    return indexes, position
+
+
+def _zigzag_varint(value: bytes, position: int) -> tuple[int, int]:
+    result, shift = 0, 0
+    while True:
+        if position >= len(value):
+            raise ValueError("truncated message indexes")
+        byte = value[position]
+        position += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return (result >> 1) ^ -(result & 1), position
+        shift += 7
+
+
+class Reader:
+    """Reads framed records (or plain ones, `framed=False`) with the reader message.
+
+    `writers` maps schema id -> ProtoSchema, or None for an id the registry
+    does not have."""
+
+    def __init__(self, reader: ProtoSchema, message: str, writers: dict, framed: bool = True):
+        from google.protobuf import message_factory
+
+        descriptor = pool_of(reader).FindMessageTypeByName(message)
+        self.message = message
+        self.cls = message_factory.GetMessageClass(descriptor)
+        self.convert = converter(descriptor)
+        self.writers, self.framed = writers, framed
+
+    def read(self, value: bytes | None) -> tuple[dict | None, str | None]:
+        if value is None:
+            return None, "null value (tombstone)"
+        if not self.framed:
+            return self._parse(value, "the schema_file's message")
+        if len(value) < 6 or value[0] != 0:
+            return None, "not in the Confluent wire format (no magic byte 0 and 4-byte schema id)"
+        schema_id = struct.unpack(">I", value[1:5])[0]
+        writer = self.writers.get(schema_id)
+        if writer is None:
+            return None, f"unknown schema id {schema_id}: the registry has no such schema"
+        try:
+            indexes, start = read_indexes(value, 5)
+            name = message_name(writer, indexes)
+        except (ValueError, IndexError) as error:
+            return None, f"does not decode with schema id {schema_id}: {error}"
+        if name != self.message:
+            return None, (f"schema id {schema_id} names message {name}, not the reader's "
+                          f"{self.message}")
+        return self._parse(value[start:], f"schema id {schema_id}")
+
+    def _parse(self, payload: bytes, which: str):
+        from google.protobuf.message import DecodeError
+
+        try:
+            return self.convert(self.cls.FromString(payload)), None
+        except (DecodeError, ValueError, RuntimeError) as error:
+            return None, f"does not decode with {which}: {type(error).__name__}: {error}"[:300]
