@@ -31,8 +31,10 @@ def check(target: StructType, batch: StructType, policy: str, where: str) -> Non
                 f"{f.dataType.simpleString()} in the batch (Delta cannot change a column's type)"
                 for key, f in given.items()
                 if key in have and not _same_type(have[key].dataType, f.dataType)]
+    # ingest's own columns (_uid, _sequence, SCD2's _valid_from, ...) are the merge mode's business
     refused += [f"column {f.name} is NOT NULL in the target and gone from the payload"
-                for key, f in have.items() if key not in given and not f.nullable]
+                for key, f in have.items()
+                if key not in given and not f.nullable and not key.startswith("_")]
     if refused:
         hint = (" (schema_evolution: fail; set add_columns to let new columns in)"
                 if policy == "fail" and any(r.endswith("is new") for r in refused) else "")
