@@ -26,6 +26,11 @@ def produce_changes(kafka, topic, seed: int = 7) -> None:
                     "op": op, "ts_ms": 1_700_000_000_000 + lsn, "source": {"lsn": sequence}}
         producer.produce(topic, key=json.dumps({"id": key}).encode(), value=json.dumps(envelope).encode(),
                          partition=key % 2)
+    for key in (0, 1):  # and two keys end deleted, whatever the draw
+        envelope = {"before": {"id": key}, "after": None, "op": "d", "ts_ms": 1_700_000_000_200,
+                    "source": {"lsn": 200 + key}}
+        producer.produce(topic, key=json.dumps({"id": key}).encode(), value=json.dumps(envelope).encode(),
+                         partition=key % 2)
     assert producer.flush(30) == 0
 
 
