@@ -85,7 +85,7 @@ def decode_leg(spark, data, repeat: int) -> dict:
     seconds = {name: [] for name in legs}
     for _ in range(repeat):
         for name, frame in legs.items():
-            seconds[name].append(timed(lambda: frame().write.format("noop").mode("overwrite").save()))
+            seconds[name].append(timed(lambda frame=frame: frame().write.format("noop").mode("overwrite").save()))
     return _rates(seconds, len(data))
 
 
@@ -128,7 +128,7 @@ def pipeline_leg(spark, data, repeat: int, work: Path) -> dict:
                 root = work / f"{name}-{n}"
                 pipeline = replace(base, source=source, target=Target(path=str(root / "t")),
                                    checkpoint=str(root / "c"), dead_letter=DeadLetter(path=str(root / "d")))
-                seconds[name].append(timed(lambda: _run(spark, pipeline, len(data))))
+                seconds[name].append(timed(lambda pipeline=pipeline: _run(spark, pipeline, len(data))))
     registry.stop()
     return _rates(seconds, len(data))
 

@@ -13,10 +13,10 @@ import textwrap
 from ingest.batch import ledger, merge_mode
 from ingest.batch.cdc import sequence_name
 from ingest.batch.merge_condition import merge_condition, upsert_condition
+from ingest.errors import IngestError
 from ingest.kafka.source import kafka_options
 from ingest.spec import template
 from ingest.spec.loader import Loaded, to_document, to_yaml
-from ingest.errors import IngestError
 from ingest.spec.model import REGISTRY_FORMATS, Pipeline
 from ingest.spec.settings import Settings, mask, mask_mapping
 

@@ -37,7 +37,7 @@ class StandInRegistry:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server.server_address[1]}"
 
-    def start(self) -> "StandInRegistry":
+    def start(self) -> StandInRegistry:
         self.thread.start()
         return self
 

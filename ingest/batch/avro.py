@@ -17,7 +17,7 @@ import io
 import json
 import struct
 from datetime import time
-from typing import Any, Callable
+from typing import Any, Callable, cast
 from uuid import UUID
 
 from pyspark.sql.types import (
@@ -62,7 +62,7 @@ def parse(schema_text: str) -> dict:
     from fastavro import parse_schema
 
     try:
-        return parse_schema(json.loads(schema_text), expand=True)
+        return cast(dict, parse_schema(json.loads(schema_text), expand=True))
     except Exception as error:  # fastavro raises several kinds; all mean the same here
         raise UnsupportedSchema(f"not a valid Avro schema: {error}") from None
 
@@ -72,7 +72,7 @@ def spark_schema(reader: dict) -> StructType:
     if not isinstance(reader, dict) or reader.get("type") != "record":
         raise UnsupportedSchema("the reader schema is not an Avro record; expected a record "
                                 "whose fields become the payload columns")
-    return spark_type(reader, ())
+    return cast(StructType, spark_type(reader, ()))
 
 
 def spark_type(schema: Any, seen: tuple[str, ...]) -> DataType:

@@ -41,7 +41,7 @@ class SchemaDecoder:
     writers: dict[int, object] = field(default_factory=dict)  # id -> schema (None: unknown id)
 
     @classmethod
-    def open(cls, source: Source) -> "SchemaDecoder":
+    def open(cls, source: Source) -> SchemaDecoder:
         if source.format == "protobuf":
             return cls._open_protobuf(source)
         if source.registry is None:
@@ -52,7 +52,7 @@ class SchemaDecoder:
         return cls("avro", reader.text, avro.spark_schema(avro.parse(reader.text)), client)
 
     @classmethod
-    def _open_protobuf(cls, source: Source) -> "SchemaDecoder":
+    def _open_protobuf(cls, source: Source) -> SchemaDecoder:
         if source.registry is None:
             raise SchemaUnavailable(
                 f"source.schema_file: {source.schema_file} is a .proto file, which needs a "
@@ -125,7 +125,7 @@ class _AvroReaderFactory:
 
 @dataclass(frozen=True)
 class _ProtobufReaderFactory:
-    reader: "protobuf.ProtoSchema"
+    reader: protobuf.ProtoSchema
     message: str
     writers: dict
 
@@ -133,7 +133,7 @@ class _ProtobufReaderFactory:
         return protobuf.Reader(self.reader, self.message, self.writers)
 
 
-def proto_schema(client: RegistryClient, registered) -> "protobuf.ProtoSchema":
+def proto_schema(client: RegistryClient, registered) -> protobuf.ProtoSchema:
     """A registered Protobuf schema with the files it references, dependencies first."""
     files: list[bytes] = []
     for reference in registered.references:

@@ -3,7 +3,6 @@ stopping a JSON pipeline whose declared schema gained one, with nothing written.
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 
 import pytest
