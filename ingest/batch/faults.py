@@ -27,8 +27,9 @@ from typing import Iterator
 
 from ingest.errors import IngestError
 
-POINTS = ("before_dead_letter", "after_dead_letter", "during_merge", "after_target_commit",
-          "between_tables")
+# Every batch passes these; a single-table pipeline never reaches between_tables.
+BATCH_POINTS = ("before_dead_letter", "after_dead_letter", "during_merge", "after_target_commit")
+POINTS = (*BATCH_POINTS, "between_tables")
 CONFIRM_VARIABLE, CONFIRM_VALUE = "INGEST_FAULT_CONFIRM", "crash"
 
 

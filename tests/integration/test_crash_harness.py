@@ -16,7 +16,7 @@ import uuid
 
 from confluent_kafka import Producer
 
-from ingest.batch.faults import POINTS
+from ingest.batch.faults import BATCH_POINTS
 from tests.integration.processes import IngestProcess, write_pipeline
 
 FAULT_ROUNDS = 2  # every fault point, twice
@@ -96,7 +96,7 @@ class Workload:
 def plan_kills(rng: random.Random) -> list[str | float]:
     """Fault point names, and seconds after start for random SIGKILLs, shuffled."""
     rounds = FAULT_ROUNDS * (5 if os.environ.get("INGEST_SOAK") else 1)
-    kills = list(POINTS) * rounds + [rng.uniform(4, 25) for _ in range(RANDOM_KILLS * (rounds // FAULT_ROUNDS))]
+    kills = list(BATCH_POINTS) * rounds + [rng.uniform(4, 25) for _ in range(RANDOM_KILLS * (rounds // FAULT_ROUNDS))]
     rng.shuffle(kills)
     return kills
 

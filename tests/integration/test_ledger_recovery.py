@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from ingest.batch.faults import POINTS
+from ingest.batch.faults import BATCH_POINTS
 from tests.integration.processes import IngestProcess, write_pipeline
 
 ORDER = {"order_id": "o", "amount": 1.0, "ts": "2026-11-01T10:00:00"}
@@ -43,7 +43,7 @@ def dead_letter_coordinates(spark, folder, name="crashy") -> list[tuple]:
     return [(r._topic, r._partition, r._offset) for r in rows]
 
 
-@pytest.mark.parametrize("point,earlier_batch", [(p, False) for p in POINTS] + [("after_dead_letter", True)])
+@pytest.mark.parametrize("point,earlier_batch", [(p, False) for p in BATCH_POINTS] + [("after_dead_letter", True)])
 def test_a_crash_then_a_lost_checkpoint_loses_and_duplicates_nothing(spark, kafka, topic, sender, tmp_path,
                                                                      point, earlier_batch):
     """Issue 13 case 1: the dead letters commit before the target; killed between (or
