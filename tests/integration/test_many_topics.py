@@ -125,7 +125,7 @@ def test_a_crash_between_two_tables_a_lost_checkpoint_and_verify_per_table(spark
     for topic in topics:  # new records and a retry of an old one
         send(kafka, topic, [f"{topic}-{i}" for i in range(4, 8)])
     output = run_to_end(pipeline_file, kafka, tmp_path / "recovered.log")
-    assert "resuming from the offsets recorded in the Delta logs" in output
+    assert "resuming from the offsets recorded in the Delta log" in output
     for topic in topics:
         assert uids_in(spark, tables[topic]) == sorted(f"{topic}-{i}" for i in range(8))
         assert table(spark, str(tmp_path / "dead_letter" / topic.replace(".", "_"))).count() == 1

@@ -97,6 +97,6 @@ def test_without_preflight_a_lost_checkpoint_resumes_from_the_delta_log(spark, k
     handle = ingest.start(spark, pipeline_file, once=True, preflight=False)
     handle.await_termination(timeout=300)
 
-    assert any("resuming from the offsets recorded in the Delta logs" in note for note in handle.notes)
+    assert any("resuming from the offsets recorded in the Delta log" in note for note in handle.notes)
     audit = ingest.verify(spark, pipeline_file)
     assert (audit.ok, audit.target_rows, audit.dead_letters) == (True, 10, 2)
