@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import textwrap
 
-from ingest.batch import ledger, merge_mode
-from ingest.batch.cdc import sequence_name
+from ingest.batch import ledger
 from ingest.batch.merge_condition import merge_condition, upsert_condition
 from ingest.errors import IngestError
 from ingest.kafka.source import kafka_options
@@ -101,6 +100,8 @@ def _target(pipeline: Pipeline) -> str:
     rule = ("the first copy of a uid wins" if target.mode == "insert_only" else
             f"the latest {target.order_by} wins (ties: the later Kafka position)")
     if pipeline.cdc is not None:
+        from ingest.batch.cdc import sequence_name  # it needs pyspark; plan of other pipelines must not
+
         rule = (f"each key ends as its last change by {sequence_name(pipeline.cdc)} (ties: the later "
                 f"partition, then offset); deletes {target.deletes}"
                 + (", every version kept (SCD2)" if target.history else ""))
@@ -167,7 +168,9 @@ def _transactions(pipeline: Pipeline) -> str:
 def _merge(pipeline: Pipeline) -> str:
     target = pipeline.target
     into = f"delta.`{target.path}`" if target.path else target.table
-    if merge_mode.applies_changes(pipeline):
+    if pipeline.cdc is not None:
+        from ingest.batch import merge_mode  # it needs pyspark; plan of other pipelines must not
+
         return "\n".join([f"MERGE WITH SCHEMA EVOLUTION INTO {into} AS t",
                           *merge_mode.merge_text(pipeline, merge_condition(pipeline, None))])
     lines = [f"MERGE WITH SCHEMA EVOLUTION INTO {into} AS t",

@@ -104,7 +104,8 @@ def test_replayed_batch_writes_nothing(spark, sender, pipeline):
     assert len(merges) == 1
     metadata = json.loads(merges[0].userMetadata)
     assert metadata["pipeline"] == "orders" and metadata["batch_id"] == 0
-    assert metadata["end_offsets"] == {pipeline.source.kafka.topics[0]: {"0": 2}}
+    # every partition's planned range is recorded, the idle one too (issue 20.3)
+    assert metadata["end_offsets"] == {pipeline.source.kafka.topics[0]: {"0": 2, "1": 0}}
 
 
 def test_new_checkpoint_gets_a_new_app_id(spark, sender, pipeline, tmp_path):
