@@ -530,8 +530,8 @@ def add_demo(commands, environment: argparse.ArgumentParser) -> None:
         "an aborted transaction and malformed records, run pipelines/orders.yaml with a crash "
         "and a restart in the middle, then audit the tables. Exit 1 if a count is not exact.")
     command.add_argument("--data-root", default=None, metavar="DIR",
-                         help="where the tables go; emptied first if a previous demo made it "
-                         "(default: ./.ingest/demo)")
+                         help="DATA_ROOT, where the tables go; only the folders a previous demo made "
+                         "there are emptied first (default: ./.ingest/data, as conf/local.yaml)")
     command.add_argument("--pipeline", default=None, metavar="FILE",
                          help="the pipeline to run (default: pipelines/orders.yaml)")
     command.add_argument("--orders", type=_positive_int, default=400, help="sample orders (default: 400)")
@@ -604,14 +604,25 @@ def add_broker(commands, environment: argparse.ArgumentParser) -> None:
     command.add_argument("--data-dir", default=None, metavar="DIR",
                          help="where Kafka keeps its log; kept, so topics survive a restart "
                          "(default: a temporary folder, removed on stop)")
+    command.add_argument("--topic", dest="topics", action="append", default=[], type=_topic_to_create,
+                         metavar="NAME[:PARTITIONS]",
+                         help="create this topic once the broker is up (default 1 partition); "
+                         "repeat for more; one that exists already is kept")
     command.set_defaults(run=broker_command)
+
+
+def _topic_to_create(text: str) -> tuple[str, int]:
+    name, _, partitions = text.partition(":")
+    if not name or (partitions and (not partitions.isdigit() or int(partitions) < 1)):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected NAME or NAME:PARTITIONS (a whole number >= 1)")
+    return name, int(partitions or 1)
 
 
 def broker_command(args) -> int:
     import signal
     from pathlib import Path
 
-    from ingest.kafka.local_broker import BrokerError, LocalKafka
+    from ingest.kafka.local_broker import BrokerError, LocalKafka, ensure_topic
 
     # a loaded laptop can take minutes for a first JVM start
     broker = LocalKafka(work_dir=Path(args.data_dir) if args.data_dir else None, port=args.port,
@@ -620,6 +631,10 @@ def broker_command(args) -> int:
     previous = signal.signal(signal.SIGTERM, lambda signum, _frame: stopping.append(signum))
     try:
         broker.start()
+        for name, partitions in args.topics:
+            created = ensure_topic(broker.client_config(), name, partitions)
+            print(f"topic {name}: " + (f"created, {partitions} partition(s)" if created
+                                       else "exists already, kept as it is"), file=sys.stderr)
         print(f"Kafka is up at {broker.bootstrap}  (Ctrl-C stops it)", file=sys.stderr)
         print(f"export KAFKA_BOOTSTRAP={broker.bootstrap}", flush=True)
         while not stopping and not broker.wait(0.5):

@@ -43,10 +43,10 @@ from ingest.kafka.produce import (
     produce_file,
 )
 
-DEFAULT_ROOT = Path(".ingest/demo")
+DEFAULT_ROOT = Path(".ingest/data")  # the same DATA_ROOT as conf/local.yaml
 PIPELINE_FILE = Path("pipelines/orders.yaml")
 PACKAGED_PIPELINE = Path(__file__).resolve().parent / "resources" / PIPELINE_FILE  # same text (tested)
-MARKER = ".ingest-demo"  # only a folder with this file is ever emptied by the demo
+MARKER = ".ingest-demo"  # lists the folders the demo made: only those are ever emptied
 PARTITIONS = 3
 CURRENCIES = ("EUR", "EUR", "USD", "GBP")
 FIRST_TS = datetime(2026, 11, 2, 8, 0, tzinfo=timezone.utc)
@@ -140,8 +140,11 @@ def run_demo(options: DemoOptions = DemoOptions(), say: Say = lambda text: None)
     from ingest.kafka.local_broker import LocalKafka
 
     started = time.monotonic()
-    root = prepare_root(options.data_root)
+    root = options.data_root.expanduser().resolve()
     pipeline_file = find_pipeline_file(options.pipeline_file)
+    # The folders are known before the broker starts: a refusal to empty one costs nothing.
+    prepare_folders(root, load_demo_pipeline(pipeline_file, demo_environ(root, "localhost:9092", options),
+                                             options))
     say("starting the embedded Kafka broker")
     broker = LocalKafka()
     try:
@@ -159,17 +162,32 @@ def run_demo(options: DemoOptions = DemoOptions(), say: Say = lambda text: None)
     return DemoReport(sample, counts, audit, crash_exit, locations, time.monotonic() - started)
 
 
-def prepare_root(data_root: Path) -> Path:
-    """An empty demo folder; a folder without the demo's marker is never deleted."""
-    root = data_root.expanduser().resolve()
-    if root.exists() and any(root.iterdir()):
-        if not (root / MARKER).is_file():
-            raise DemoError(f"{root} exists and is not a demo folder (no {MARKER} file); "
-                            "choose another with --data-root")
-        shutil.rmtree(root)
+def demo_folders(root: Path, pipeline) -> list[Path]:
+    """What one demo run writes under `root`: its pipeline's tables and checkpoint, the
+    sample file and the runs' logs. The rest of DATA_ROOT (your own pipelines') is not the demo's."""
+    written = [pipeline.target.path, pipeline.dead_letter.path, pipeline.checkpoint]
+    folders = [Path(p).resolve() for p in written if p and "://" not in p and not p.startswith("dbfs:")]
+    return [f for f in (*folders, root / "sample", root / "logs") if f.is_relative_to(root)]
+
+
+def prepare_folders(root: Path, pipeline) -> list[Path]:
+    """Empties the folders an earlier demo made; refuses to touch one it did not make
+    (listed in no marker), so your own tables under the same DATA_ROOT are safe."""
+    folders = demo_folders(root, pipeline)
+    marker = root / MARKER
+    made_by_demo = set(marker.read_text().split("\n")[1:]) if marker.is_file() else set()
+    for folder in folders:
+        name = str(folder.relative_to(root))
+        if folder.exists() and any(folder.iterdir()) and name not in made_by_demo:
+            raise DemoError(f"{folder} exists and was not made by the demo (not listed in {marker}); "
+                            "choose another --data-root, or move it away")
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
     root.mkdir(parents=True, exist_ok=True)
-    (root / MARKER).write_text("made by `ingest demo`; the next demo run empties this folder\n")
-    return root
+    names = sorted(made_by_demo | {str(f.relative_to(root)) for f in folders})
+    marker.write_text("\n".join(["# made by `ingest demo`; the next demo run empties these folders only",
+                                  *[n for n in names if n]]) + "\n")
+    return folders
 
 
 def find_pipeline_file(given: Path | None) -> Path:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT_VARIABLE = "DATA_ROOT"
-DEFAULT_ROOT = Path(".ingest/demo")
+DEFAULT_ROOT = Path(".ingest/data")  # conf/local.yaml's DATA_ROOT, where the demo writes too
 NOTEBOOK_SPARK_CONF = {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"}
 # The ledger entry each ingest commit carries in userMetadata (see ingest.batch.ledger).
 LEDGER_SCHEMA = ("ingest INT, pipeline STRING, app_id STRING, batch_id LONG, "
@@ -58,7 +58,7 @@ def pipeline_tables(path: str | os.PathLike, env: str = "local",
 
 def demo_tables(root: str | os.PathLike | None = None) -> DemoTables:
     """The demo's locations under `root`, else $DATA_ROOT, else the nearest
-    .ingest/demo folder from here upwards (a notebook runs in notebooks/)."""
+    .ingest/data folder from here upwards (a notebook runs in notebooks/)."""
     chosen = str(root or os.environ.get(ROOT_VARIABLE) or _nearest_default())
     # s3://..., abfss://..., dbfs:/... are kept as written; Path would fold their slashes
     base = chosen.rstrip("/") if ":" in chosen.split("/")[0] else str(Path(chosen).expanduser().resolve())

@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 from ingest.batch import ledger
 from ingest.batch.decode import RAW, REASON, STAGE
 from ingest.batch.ledger import Txn
-from ingest.batch.merge import builder_name
+from ingest.batch.merge import builder_location, builder_name
 from ingest.spec.model import DeadLetter
 
 FAILURE_STAGES = ("decode", "transform", "uid")
@@ -64,5 +64,6 @@ def _create_if_missing(session, table: DeadLetter, rows: DataFrame) -> None:
     from delta.tables import DeltaTable
 
     builder = DeltaTable.createIfNotExists(session)
-    builder = builder.tableName(builder_name(table.table)) if table.table else builder.location(table.path)
+    builder = builder.tableName(builder_name(table.table)) if table.table else builder.location(
+        builder_location(table.path))
     builder.addColumns(rows.schema).execute()

@@ -7,6 +7,7 @@ position), so an old record arriving late never overwrites a newer one.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 
@@ -77,12 +78,22 @@ def builder_name(table: str) -> str:
     return table
 
 
+def builder_location(path: str) -> str:
+    """Delta's table builder parses its location as a `delta.`path`` name, and a relative
+    path such as `./.ingest/data/t` (conf/local.yaml's DATA_ROOT) fails there with
+    INVALID_ATTRIBUTE_NAME_SYNTAX; a local path is made absolute, a URI passes as it is."""
+    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", path):
+        return path
+    return os.path.abspath(path)
+
+
 def create_table(session, target: Target, rows: DataFrame) -> None:
     """Create the target with the batch's columns, if no one has yet."""
     from delta.tables import DeltaTable
 
     builder = DeltaTable.createIfNotExists(session)
-    builder = builder.tableName(builder_name(target.table)) if target.table else builder.location(target.path)
+    builder = builder.tableName(builder_name(target.table)) if target.table else builder.location(
+        builder_location(target.path))
     builder = builder.addColumns(rows.schema)
     if target.partition_by:
         builder = builder.partitionedBy(*target.partition_by)

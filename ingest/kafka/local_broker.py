@@ -287,3 +287,17 @@ def create_topic(bootstrap_config: dict[str, str], name: str, partitions: int = 
     admin = AdminClient(config)
     futures = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
     futures[name].result(timeout=30)
+
+
+def ensure_topic(bootstrap_config: dict[str, str], name: str, partitions: int = 1) -> bool:
+    """Creates the topic unless it exists (a broker restarted on its --data-dir keeps its
+    topics); True when it was created."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    try:
+        create_topic(bootstrap_config, name, partitions)
+    except KafkaException as error:
+        if error.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise
+        return False
+    return True

@@ -135,6 +135,8 @@ class DemoRun:
 def demo_run(tmp_path_factory):
     """One `ingest demo` (a child process, its own broker) for the demo and notebook tests."""
     root = tmp_path_factory.mktemp("demo")
+    (root / "tables" / "yours").mkdir(parents=True)  # a table of your own under the same DATA_ROOT
+    (root / "tables" / "yours" / "part-0").write_text("your table")
     env = {k: v for k, v in os.environ.items() if k not in ("INGEST_FAULT", "DATA_ROOT")}
     done = subprocess.run([sys.executable, "-m", "ingest", "demo", "--data-root", str(root)],
                           cwd=PROJECT, env=env, capture_output=True, text=True, timeout=1500)

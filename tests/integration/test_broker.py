@@ -9,8 +9,9 @@ import subprocess
 import sys
 
 from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient
 
-from ingest.kafka.local_broker import create_topic, free_port
+from ingest.kafka.local_broker import free_port
 from tests.integration.processes import ROOT
 
 
@@ -28,12 +29,12 @@ def port_open(port: int) -> bool:
 
 def test_broker_prints_its_address_serves_and_stops_on_ctrl_c(tmp_path):
     port = free_port()
-    broker = start_broker("--port", str(port), "--data-dir", str(tmp_path / "kafka"))
+    broker = start_broker("--port", str(port), "--data-dir", str(tmp_path / "kafka"), "--topic", "hello:2")
     try:
         line = broker.stdout.readline().strip()
         assert line == f"export KAFKA_BOOTSTRAP=127.0.0.1:{port}", broker.stderr.read() if not line else line
         config = {"bootstrap.servers": f"127.0.0.1:{port}"}
-        create_topic(config, "hello")
+        assert len(AdminClient(config).list_topics("hello", timeout=30).topics["hello"].partitions) == 2
         producer = Producer({**config, "enable.idempotence": True})
         producer.produce("hello", b"world")
         assert producer.flush(30) == 0
@@ -49,9 +50,16 @@ def test_broker_prints_its_address_serves_and_stops_on_ctrl_c(tmp_path):
 
         broker.send_signal(signal.SIGINT)
         assert broker.wait(timeout=60) == 0
-        assert "Kafka stopped" in broker.stderr.read()
+        stderr = broker.stderr.read()
+        assert "topic hello: created, 2 partition(s)" in stderr and "Kafka stopped" in stderr
         assert not port_open(port)
         assert (tmp_path / "kafka" / "data" / "meta.properties").exists()  # kept for a restart
+
+        broker = start_broker("--port", str(port), "--data-dir", str(tmp_path / "kafka"), "--topic", "hello:2")
+        assert broker.stdout.readline().startswith("export KAFKA_BOOTSTRAP=")
+        broker.send_signal(signal.SIGINT)
+        assert broker.wait(timeout=60) == 0
+        assert "topic hello: exists already, kept as it is" in broker.stderr.read()
     finally:
         if broker.poll() is None:
             broker.kill()
@@ -65,3 +73,9 @@ def test_a_port_in_use_is_bad_input():
         broker = start_broker("--port", str(port))
         assert broker.wait(timeout=60) == 2
         assert f"port {port} on 127.0.0.1 is already in use" in broker.stderr.read()
+
+
+def test_a_topic_without_a_whole_partition_count_is_bad_input():
+    broker = start_broker("--topic", "clicks:zero")
+    assert broker.wait(timeout=60) == 2
+    assert "'clicks:zero': expected NAME or NAME:PARTITIONS" in broker.stderr.read()

@@ -64,10 +64,17 @@ def test_the_crashed_batch_committed_once_and_the_batches_read_every_record(spar
 
 
 def test_demo_never_empties_a_folder_it_did_not_make(tmp_path, capsys):
-    (tmp_path / "precious.csv").write_text("a,b\n")
+    (tmp_path / "tables" / "orders").mkdir(parents=True)
+    (tmp_path / "tables" / "orders" / "precious.csv").write_text("a,b\n")
     assert main(["demo", "--data-root", str(tmp_path)]) == 1
-    assert f"not a demo folder (no {MARKER} file)" in capsys.readouterr().err
-    assert (tmp_path / "precious.csv").read_text() == "a,b\n"
+    assert "tables/orders exists and was not made by the demo" in capsys.readouterr().err
+    assert (tmp_path / "tables" / "orders" / "precious.csv").read_text() == "a,b\n"
+
+
+def test_demo_keeps_the_rest_of_data_root(demo_run):
+    """conf/local.yaml's DATA_ROOT holds your own pipelines' tables too: the demo leaves them."""
+    assert (demo_run.root / "tables" / "yours" / "part-0").read_text() == "your table"
+    assert "tables/orders" in (demo_run.root / MARKER).read_text()
 
 
 def test_ctrl_c_stops_the_run_and_the_broker(tmp_path):

@@ -28,10 +28,10 @@ def test_demo_tables_from_data_root_or_the_nearest_demo_folder(tmp_path, monkeyp
     assert demo_tables().target == "s3://lake/ingest/tables/orders"
     assert demo_tables("dbfs:/demo").dead_letter == "dbfs:/demo/dead_letter/orders"
     monkeypatch.delenv("DATA_ROOT")
-    (tmp_path / ".ingest" / "demo").mkdir(parents=True)
+    (tmp_path / ".ingest" / "data").mkdir(parents=True)
     (tmp_path / "notebooks").mkdir()
     monkeypatch.chdir(tmp_path / "notebooks")
-    assert demo_tables().checkpoint == f"{tmp_path.resolve()}/.ingest/demo/checkpoints/orders"
+    assert demo_tables().checkpoint == f"{tmp_path.resolve()}/.ingest/data/checkpoints/orders"
 
 
 def test_pipeline_tables_of_any_pipeline_file(tmp_path, monkeypatch):
