@@ -18,7 +18,7 @@ from ingest.errors import IngestError, Problem, SpecErrors
 from ingest.plan import plan_document, render_plan
 from ingest.spec.loader import Loaded, check_unique, read_pipeline
 from ingest.spec.settings import DEFAULT_ENV, load_settings, mask
-from ingest.spec.template import is_per_topic
+from ingest.spec.template import for_topic, is_per_topic, subject_per_topic
 
 OK, CHECK_FAILED, BAD_INPUT = 0, 1, 2
 DEFAULT_PIPELINES = ("pipelines/*.yaml", "pipelines/*.yml")
@@ -177,12 +177,18 @@ def _reader_columns(pipeline) -> tuple[object, list[Problem]]:
         return None, []
     from ingest.batch.schema_decode import reader_columns
 
+    # A subject per topic: each listed topic's (a pattern's topics are known only at run
+    # time); the transform is then checked by the run, against each topic's own columns.
+    per_topic = subject_per_topic(pipeline)
+    sources = ([for_topic(pipeline, topic).source for topic in pipeline.source.kafka.topics]
+               if per_topic else [pipeline.source])
     try:
-        return reader_columns(pipeline.source), []
+        columns = [reader_columns(source) for source in sources]
     except IngestError as error:
         key = "source.registry" if pipeline.source.registry else "source.schema_file"
         return None, [Problem("reader_schema", key, f"{error}; expected a reader schema "
                               "whose fields can be the payload columns")]
+    return (None if per_topic else columns[0]), []
 
 
 def _cross_file(checked: list[_Checked]) -> None:

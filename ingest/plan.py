@@ -80,9 +80,23 @@ def _options(pipeline: Pipeline) -> str:
 
 def _reader_schema(pipeline: Pipeline) -> str:
     """The columns the run will decode to, from the registry's or the file's schema now."""
+    source = pipeline.source
+    if not template.subject_per_topic(pipeline):
+        return _one_reader_schema(source)
+    version = source.registry.version
+    lines = [f"subject {template.subject_of('<topic>')} per topic (<topic>: the topic's name), "
+             f"version {version}"]
+    lines += [_one_reader_schema(template.for_topic(pipeline, topic).source)
+              for topic in source.kafka.topics]
+    if source.kafka.pattern:
+        lines.append(f"each topic matching {source.kafka.pattern!r}: its subject's schema, read when "
+                     "the topic's first records arrive")
+    return "\n".join(lines)
+
+
+def _one_reader_schema(source) -> str:
     from ingest.batch.schema_decode import ddl, reader_columns
 
-    source = pipeline.source
     where = (f"subject {source.subject}, version {source.registry.version}" if source.registry
              else source.schema_file)
     try:

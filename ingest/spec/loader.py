@@ -818,6 +818,10 @@ def _template_rules(c: Check, source: Source, target: Target, dead_letter: DeadL
         c.add("template_rules", "source.schemas", f"a schema per topic, but one target for all of "
               f"{subscription}; expected {template.TOPIC} in {where}, e.g. "
               f"{target.location.rstrip('/')}/{template.TOPIC}")
+    if source.kafka.pattern and source.registry is not None and not source.registry.subject:
+        c.add("template_rules", "source.registry", f"no subject, and one target for all of "
+              f"{subscription}: the default subject is per topic (<topic>-value); expected "
+              f"source.registry.subject, or {template.TOPIC} in {where} for a table per topic")
 
 
 def _trigger(c: Check, raw: Any) -> Trigger:

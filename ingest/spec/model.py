@@ -51,7 +51,7 @@ class Registry:
     """A Confluent-compatible Schema Registry; the credentials are secrets."""
 
     url: str
-    subject: str | None = None  # default: <topic>-value
+    subject: str | None = None  # default: <topic>-value, per topic with a ${topic} target
     version: str | int = "latest"  # the reader schema: latest at start, or a version number
     basic: str | None = field(default=None, repr=False)  # "user:password"
     bearer: str | None = field(default=None, repr=False)

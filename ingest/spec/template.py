@@ -42,19 +42,35 @@ def render(text: str | None, topic: str, in_table_name: bool = False) -> str | N
 
 def for_topic(pipeline: Pipeline, topic: str) -> Pipeline:
     """The single-table pipeline that `topic`'s records go through: target and
-    dead letters rendered, the topic's own schema if `source.schemas` names one."""
+    dead letters rendered, the topic's own schema if `source.schemas` names one,
+    and with a registry but no `subject`, the topic's own subject `<topic>-value`."""
     target = pipeline.target
     dead = pipeline.dead_letter
     source = pipeline.source
     schema = source.schemas.get(topic, source.schema) if source.schemas else source.schema
+    registry = source.registry
+    if registry is not None and not registry.subject:
+        registry = replace(registry, subject=subject_of(topic))
     return replace(
         pipeline,
-        source=replace(source, schema=schema),
+        source=replace(source, schema=schema, registry=registry),
         target=replace(target, path=render(target.path, topic),
                        table=render(target.table, topic, in_table_name=True)),
         dead_letter=DeadLetter(path=render(dead.path, topic),
                                table=render(dead.table, topic, in_table_name=True)),
     )
+
+
+def subject_per_topic(pipeline: Pipeline) -> bool:
+    """A registry without `subject` and a table per topic: each topic reads its own subject."""
+    registry = pipeline.source.registry
+    return registry is not None and not registry.subject and is_per_topic(pipeline)
+
+
+def subject_of(topic: str) -> str:
+    """The registry subject of a topic's values (Confluent's TopicNameStrategy): the
+    topic name as it is, dots included."""
+    return f"{topic}-value"
 
 
 def table_key(pipeline: Pipeline, topic: str) -> str:

@@ -172,3 +172,34 @@ def test_ingest_run_exits_1_when_the_registry_answers_401(kafka, topic, tmp_path
     assert errors and "answered HTTP 401" in errors[0] and "source.registry.auth" in errors[0]
     assert "ingest-tests:***@127.0.0.1" in errors[0]
     assert "wrong-pw" not in run.output()
+
+
+def test_a_pattern_reads_each_topics_own_subject(spark, kafka, pipeline, registry, tmp_path):
+    """A `${topic}` target and a registry without `subject`: each topic's reader schema is
+    its own `<topic>-value` (TopicNameStrategy), so each table gets its own columns."""
+    from ingest.kafka.local_broker import create_topic
+    from ingest.spec.model import DeadLetter, KafkaSource, Target
+    from tests.integration.conftest import Sender
+
+    prefix = f"shop{id(tmp_path) % 10**6}"
+    schemas = {"orders": ORDER_V1, "refunds": {"type": "record", "name": "Refund", "fields": [
+        {"name": "order_id", "type": "string"}, {"name": "reason", "type": "string"}]}}
+    for name, schema in schemas.items():
+        topic = f"{prefix}.{name}"
+        create_topic(kafka.client_config(), topic, partitions=1)
+        record = order(1) if name == "orders" else {"order_id": "o1", "reason": "late"}
+        sender = Sender(kafka, topic)
+        sender.send(serialized(registry, topic, schema, record), uid=f"{name}-1")
+        sender.flush()
+    shop = replace(avro_pipeline(pipeline, registry,
+                                 kafka=KafkaSource(kafka.bootstrap, pattern=rf"{prefix}\..*")),
+                   target=Target(path=str(tmp_path / "tables" / "${topic}")),
+                   dead_letter=DeadLetter(path=str(tmp_path / "dead" / "${topic}")))
+    run_once(spark, shop, timeout=600)
+
+    orders = table(spark, str(tmp_path / "tables" / f"{prefix}_orders"))
+    refunds = table(spark, str(tmp_path / "tables" / f"{prefix}_refunds"))
+    assert "customer" in orders.columns and "reason" not in orders.columns
+    assert [(r._uid, r.reason) for r in refunds.collect()] == [("refunds-1", "late")]
+    assert f"/subjects/{prefix}.orders-value/versions/latest" in registry.requests
+    assert f"/subjects/{prefix}.refunds-value/versions/latest" in registry.requests

@@ -37,12 +37,12 @@ def stand_in():
     registry.stop()
 
 
-def plan(tmp_path, monkeypatch, capsys, url, password="pw-42-secret"):
+def plan(tmp_path, monkeypatch, capsys, url, password="pw-42-secret", text=PIPELINE):
     monkeypatch.setenv("SCHEMA_REGISTRY_URL", url)
     monkeypatch.setenv("SR_PASSWORD", password)
     monkeypatch.setenv("INGEST_CONF_DIR", str(tmp_path))
     file = tmp_path / "orders_avro.yaml"
-    file.write_text(PIPELINE)
+    file.write_text(text)
     code = main(["plan", str(file)])
     return code, capsys.readouterr().out
 
@@ -60,3 +60,15 @@ def test_plan_says_when_the_registry_refuses(tmp_path, monkeypatch, capsys, stan
     assert code == 0
     assert "not available (schema registry" in out and "HTTP 401" in out
     assert "wrong-pw" not in out
+
+
+def test_a_table_per_topic_shows_each_topics_own_subject(tmp_path, monkeypatch, capsys, stand_in):
+    stand_in.register("refunds-value", {"schema": json.dumps(
+        {"type": "record", "name": "Refund", "fields": [{"name": "reason", "type": "string"}]})})
+    text = PIPELINE.replace("topics: [orders]", "topics: [orders, refunds]").replace(
+        "{path: /data/tables/orders_avro}", "{path: \"/data/tables/${topic}\"}")
+    code, out = plan(tmp_path, monkeypatch, capsys, stand_in.url, text=text)
+    assert code == 0
+    assert "  subject <topic>-value per topic (<topic>: the topic's name), version latest\n" \
+           "  subject orders-value, version latest:\n  `order_id` STRING NOT NULL, `ts`" in out
+    assert "  subject refunds-value, version latest:\n  `reason` STRING NOT NULL\n" in out

@@ -137,3 +137,25 @@ def test_no_problem_message_shows_the_password():
 
 def test_schema_evolution_fail_loads():
     assert load(broken("schema_evolution: add_columns", "schema_evolution: fail")).schema_evolution == "fail"
+
+
+def per_topic(subject: str = "", target: str = "${topic}") -> str:
+    text = broken("    topics: [orders]\n", "    pattern: shop\\..*\n")
+    text = text.replace("    subject: orders-value\n", subject)
+    return text.replace("path: ${DATA_ROOT}/tables/orders", f"path: ${{DATA_ROOT}}/tables/{target}")
+
+
+def test_a_table_per_topic_reads_each_topics_own_subject():
+    from ingest.spec.template import for_topic, subject_per_topic
+
+    pipeline = load(per_topic())
+    assert subject_per_topic(pipeline) and pipeline.source.subject is None
+    assert for_topic(pipeline, "shop.orders").source.subject == "shop.orders-value"
+    assert for_topic(pipeline, "shop.refunds").source.registry.basic == "svc:pw-42-secret"
+    shared = load(per_topic("    subject: shop-value\n"))  # a subject given: one for every topic
+    assert not subject_per_topic(shared)
+    assert for_topic(shared, "shop.orders").source.subject == "shop-value"
+
+
+def test_a_pattern_into_one_table_needs_a_subject():
+    assert ("template_rules", "source.registry", 7) in problems_of(per_topic(target="shop"))
