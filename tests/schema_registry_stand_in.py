@@ -6,7 +6,8 @@ PyPI), so the tests run this small one on 127.0.0.1 with the stdlib's
 http.server. It speaks the part of the REST API that confluent-kafka's
 `SchemaRegistryClient` and serializers use (register, look up, get by id, a
 subject's versions) plus basic auth, so the records in the topics are in the
-real Confluent wire format, written by the real serializers.
+real Confluent wire format, written by the real serializers. Optionally it
+takes a bearer token instead, and serves HTTPS with a certificate the test made.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -22,20 +24,28 @@ CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 
 
 class StandInRegistry:
-    """Schemas by id and subjects' versions, in memory; optional basic auth."""
+    """Schemas by id and subjects' versions, in memory; optional basic or bearer auth,
+    optional TLS (`tls`: the server's certificate and key, PEM files)."""
 
-    def __init__(self, user: str | None = None, password: str | None = None):
+    def __init__(self, user: str | None = None, password: str | None = None, *,
+                 token: str | None = None, tls: tuple[str, str] | None = None):
         self.credentials = f"{user}:{password}" if user else None
+        self.token = token
         self.schemas: list[dict] = []  # id - 1 -> {"schema", "schemaType", "references"}
         self.subjects: dict[str, list[int]] = {}  # subject -> schema id per version
         self.requests: list[str] = []  # paths asked, for tests that count fetches
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self.scheme = "https" if tls else "http"
+        if tls:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
+        return f"{self.scheme}://127.0.0.1:{self.server.server_address[1]}"
 
     def start(self) -> StandInRegistry:
         self.thread.start()
@@ -117,7 +127,7 @@ def _handler(registry: StandInRegistry):
             self._serve("POST")
 
         def _serve(self, method: str) -> None:
-            if registry.credentials and not self._authorized():
+            if (registry.credentials or registry.token) and not self._authorized():
                 return self._send(401, {"error_code": 401, "message": "Unauthorized"})
             parts = urlsplit(self.path)
             length = int(self.headers.get("Content-Length") or 0)
@@ -127,7 +137,8 @@ def _handler(registry: StandInRegistry):
             self._send(status, answer)
 
         def _authorized(self) -> bool:
-            expected = "Basic " + base64.b64encode(registry.credentials.encode()).decode()
+            expected = (f"Bearer {registry.token}" if registry.token else
+                        "Basic " + base64.b64encode(registry.credentials.encode()).decode())
             return self.headers.get("Authorization") == expected
 
         def _send(self, status: int, answer) -> None:
