@@ -397,13 +397,19 @@ def add_produce(commands, environment: argparse.ArgumentParser) -> None:
                          help="abort (default): send nothing if a line is bad; skip: send the others")
     command.add_argument("-X", dest="client_options", action="append", default=[], metavar="KEY=VALUE",
                          help="a librdkafka producer setting, e.g. -X security.protocol=SASL_SSL (repeatable)")
-    command.add_argument("--format", choices=("json", "avro"), default="json",
-                         help="json (default): each line as it is; avro: each line encoded with --schema")
-    command.add_argument("--schema", metavar="FILE.avsc", help="with --format avro: the Avro schema")
+    command.add_argument("--format", choices=("json", "avro", "protobuf"), default="json",
+                         help="json (default): each line as it is; avro, protobuf: each line encoded "
+                         "with --schema")
+    command.add_argument("--schema", metavar="FILE",
+                         help="with --format avro: the Avro schema (.avsc); protobuf: the .proto file")
+    command.add_argument("--message", metavar="NAME",
+                         help="with --format protobuf: the message type, e.g. shop.Order; each line "
+                         "in protobuf's JSON mapping")
     command.add_argument("--registry", metavar="URL",
-                         help="with --format avro: a Schema Registry (user:password@ in the URL for "
-                         "basic auth); records in the Confluent wire format, the schema registered "
-                         "under TOPIC-value. Without it: plain Avro, as source.schema_file reads")
+                         help="with --format avro or protobuf: a Schema Registry (user:password@ in "
+                         "the URL for basic auth); records in the Confluent wire format, the schema "
+                         "registered under TOPIC-value. Without it: plain records, as "
+                         "source.schema_file reads")
     command.set_defaults(run=produce_command)
 
 
@@ -411,6 +417,14 @@ def _positive_int(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
     return int(text)
+
+
+def _encoder(args):
+    from ingest.kafka import encoders
+
+    if args.format == "protobuf":
+        return encoders.protobuf_encoder(args.schema, args.message, args.topic, args.registry)
+    return encoders.avro_encoder(args.schema, args.topic, args.registry)
 
 
 def produce_command(args) -> int:
@@ -431,13 +445,16 @@ def produce_command(args) -> int:
     if args.transaction_size and not args.transactional:
         print("--transaction-size needs --transactional", file=sys.stderr)
         return BAD_INPUT
-    if (args.format == "avro") != bool(args.schema) or (args.registry and args.format != "avro"):
-        print("--format avro needs --schema FILE.avsc (and --registry URL for the Confluent wire "
-              "format); --schema and --registry go with --format avro only", file=sys.stderr)
+    encoded = args.format in ("avro", "protobuf")
+    if encoded != bool(args.schema) or (args.registry and not encoded) \
+            or (args.format == "protobuf") != bool(args.message):
+        print("--format avro needs --schema FILE.avsc, --format protobuf --schema FILE.proto and "
+              "--message NAME (and --registry URL for the Confluent wire format); --schema and "
+              "--registry go with those formats only, --message with protobuf only", file=sys.stderr)
         return BAD_INPUT
     try:
-        encode = produce.avro_encoder(args.schema, args.topic, args.registry) if args.schema else None
-    except Exception as error:  # unreadable, not JSON, or not an Avro schema (fastavro's own errors)
+        encode = _encoder(args) if encoded else None
+    except Exception as error:  # unreadable, does not compile, or not a schema (the libraries' own errors)
         print(f"cannot use the schema {args.schema}: {getattr(error, 'strerror', None) or error}",
               file=sys.stderr)
         return BAD_INPUT

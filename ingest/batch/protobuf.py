@@ -8,8 +8,9 @@ lacks take their defaults. The writer schema (by id) says which message the
 record is; a record of another message type, an unknown id or bytes that do
 not parse are dead letters naming the schema id.
 
-Schemas travel as serialized FileDescriptorProtos (the registry's
-`format=serialized`), so no protoc is needed anywhere.
+Schemas travel as serialized FileDescriptorProtos: the registry's
+`format=serialized`, or a local .proto compiled once on the driver
+(`spec.proto_file`), so executors need no protoc.
 """
 
 from __future__ import annotations
@@ -134,6 +135,11 @@ def message_name(schema: ProtoSchema, indexes: list[int]) -> str:
 
 def first_message(schema: ProtoSchema) -> str:
     return message_name(schema, [0])
+
+
+def message_names(schema: ProtoSchema) -> list[str]:
+    """The full names of the schema's own file's top-level messages."""
+    return [message_name(schema, [index]) for index in range(len(schema.file.message_type))]
 
 
 # --- Spark types ------------------------------------------------------------------

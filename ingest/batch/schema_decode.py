@@ -21,6 +21,7 @@ from ingest.batch import avro, protobuf
 from ingest.batch.registry import RegistryClient, SchemaNotFound
 from ingest.errors import IngestError
 from ingest.spec.model import Source
+from ingest.spec.proto_file import ProtoFileError, compile_proto
 
 DECODED = "__decoded"
 
@@ -53,20 +54,22 @@ class SchemaDecoder:
 
     @classmethod
     def _open_protobuf(cls, source: Source) -> SchemaDecoder:
-        if source.registry is None:
-            raise SchemaUnavailable(
-                f"source.schema_file: {source.schema_file} is a .proto file, which needs a "
-                "protobuf compiler this package does not ship; expected format protobuf with a "
-                "source.registry (schemas are read serialized from it)")
-        client = RegistryClient(source.registry)
-        reader = reader_schema(client, source, serialized=True)
-        schema = proto_schema(client, reader)
+        if source.registry is None:  # plain records, read with the compiled .proto's message
+            try:
+                schema = protobuf.ProtoSchema(compile_proto(source.schema_file))
+            except ProtoFileError as error:
+                raise SchemaUnavailable(f"source.schema_file: {error}") from None
+            client, where = None, f"{source.schema_file}"
+        else:
+            client = RegistryClient(source.registry)
+            schema = proto_schema(client, reader_schema(client, source, serialized=True))
+            where = f"subject {source.subject}"
         message = source.message or protobuf.first_message(schema)
         try:
             descriptor = protobuf.pool_of(schema).FindMessageTypeByName(message)
         except KeyError:
-            raise SchemaUnavailable(f"source.message: {message} is not a message of subject "
-                                    f"{source.subject}") from None
+            raise SchemaUnavailable(f"source.message: {message} is not a message of {where}; expected "
+                                    f"one of {', '.join(protobuf.message_names(schema))}") from None
         return cls("protobuf", schema, protobuf.spark_schema(descriptor), client, message)
 
     @property
@@ -109,7 +112,7 @@ class SchemaDecoder:
     def reader_factory(self):
         """A picklable callable that makes the record reader on the executor."""
         if self.format == "protobuf":
-            return _ProtobufReaderFactory(self.reader, self.message, dict(self.writers))
+            return _ProtobufReaderFactory(self.reader, self.message, dict(self.writers), self.framed)
         return _AvroReaderFactory(self.reader, dict(self.writers), self.framed)
 
 
@@ -128,9 +131,10 @@ class _ProtobufReaderFactory:
     reader: protobuf.ProtoSchema
     message: str
     writers: dict
+    framed: bool
 
     def __call__(self):
-        return protobuf.Reader(self.reader, self.message, self.writers)
+        return protobuf.Reader(self.reader, self.message, self.writers, self.framed)
 
 
 def proto_schema(client: RegistryClient, registered) -> protobuf.ProtoSchema:
@@ -149,8 +153,22 @@ def reader_columns(source: Source) -> StructType:
 
 def ddl(columns: StructType) -> str:
     """Columns as Spark DDL, e.g. for `ingest plan`."""
-    return ", ".join(f"`{f.name}` {f.dataType.simpleString().upper()}{'' if f.nullable else ' NOT NULL'}"
+    return ", ".join(f"`{f.name}` {_type_ddl(f.dataType)}{'' if f.nullable else ' NOT NULL'}"
                      for f in columns.fields)
+
+
+def _type_ddl(data_type) -> str:
+    """Type words upper case, nested field names as they are (`simpleString().upper()` would
+    rename a struct's fields)."""
+    from pyspark.sql.types import ArrayType, MapType
+
+    if isinstance(data_type, StructType):
+        return f"STRUCT<{', '.join(f'`{f.name}`: {_type_ddl(f.dataType)}' for f in data_type.fields)}>"
+    if isinstance(data_type, ArrayType):
+        return f"ARRAY<{_type_ddl(data_type.elementType)}>"
+    if isinstance(data_type, MapType):
+        return f"MAP<{_type_ddl(data_type.keyType)}, {_type_ddl(data_type.valueType)}>"
+    return data_type.simpleString().upper()
 
 
 def reader_schema(client: RegistryClient, source: Source, serialized: bool = False):

@@ -129,7 +129,7 @@ class Options:
     transactional: bool = False
     transaction_size: int | None = None  # records per transaction; None: the whole file
     on_bad_line: str = "abort"
-    # JSON object -> value bytes (avro); None: the line's JSON text as it is
+    # JSON object -> value bytes (kafka.encoders: avro, protobuf); None: the line's JSON text as it is
     encode: Callable[[dict], bytes] | None = field(default=None, compare=False)
 
 
@@ -180,60 +180,6 @@ def parse_line(number: int, text: bytes, options: Options) -> Line | BadLine:
         except Exception as error:  # the serializer's many kinds all mean: does not fit the schema
             return BadLine(number, f"does not fit the schema: {error}"[:300])
     return Line(number, value, key.encode() if key is not None else None, uid)
-
-
-def avro_encoder(schema_file: str | Path, topic: str, registry_url: str | None,
-                 registry_auth: str | None = None) -> Callable[[dict], bytes]:
-    """JSON objects as Avro: in the Confluent wire format through confluent-kafka's
-    AvroSerializer (the schema registered under <topic>-value) with a registry, else
-    plain Avro (what `source.schema_file` reads)."""
-    text = Path(schema_file).read_text(encoding="utf-8")
-    if registry_url is None:
-        return _plain_avro(text)
-    from confluent_kafka.schema_registry import SchemaRegistryClient
-    from confluent_kafka.schema_registry.avro import AvroSerializer
-    from confluent_kafka.serialization import MessageField, SerializationContext
-
-    conf = {"url": registry_url, **({"basic.auth.user.info": registry_auth} if registry_auth else {})}
-    serializer = AvroSerializer(SchemaRegistryClient(conf), text, conf={"auto.register.schemas": True})
-    context = SerializationContext(topic, MessageField.VALUE)
-
-    def encode(payload: dict) -> bytes:
-        try:
-            return serializer(payload, context)
-        except Exception as error:
-            if _is_registry_failure(error):
-                raise ProduceError(f"schema registry {_masked(registry_url)}: {error}") from None
-            raise
-
-    return encode
-
-
-def _plain_avro(text: str) -> Callable[[dict], bytes]:
-    import io
-
-    from fastavro import parse_schema, schemaless_writer
-
-    schema = parse_schema(json.loads(text))
-
-    def encode(payload: dict) -> bytes:
-        out = io.BytesIO()
-        schemaless_writer(out, schema, payload)
-        return out.getvalue()
-
-    return encode
-
-
-def _is_registry_failure(error: Exception) -> bool:
-    from confluent_kafka.schema_registry.error import SchemaRegistryError
-
-    return isinstance(error, SchemaRegistryError) or "connect" in type(error).__name__.lower()
-
-
-def _masked(url: str) -> str:
-    import re
-
-    return re.sub(r"(://[^/@:]*):[^/@]*@", r"\1:***@", url)
 
 
 def _field_text(payload: dict, name: str | None, option: str) -> tuple[str | None, str | None]:

@@ -9,7 +9,8 @@ import struct
 
 from fastavro import parse_schema, schemaless_reader
 
-from ingest.kafka.produce import BadLine, Line, Options, avro_encoder, parse_line
+from ingest.kafka.encoders import avro_encoder
+from ingest.kafka.produce import BadLine, Line, Options, parse_line
 from tests.schema_registry_stand_in import StandInRegistry
 
 SCHEMA = {"type": "record", "name": "Order", "fields": [
