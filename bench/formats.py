@@ -7,8 +7,9 @@ pipeline   the whole `ingest` query (start_query, available-now) over two topics
            the embedded broker holding the same records, JSON and Avro (the test
            stand-in registry serves the Avro schema)
 
-Legs alternate, repeated; the figures are the medians and their ratio
-(Avro rate / JSON rate). Usage: bench/run-formats [--records N] [--repeat K].
+Legs alternate, repeated (the pipeline leg also swaps which goes first each
+repetition); the figures are the medians and their ratio (Avro rate / JSON rate),
+with the load average seen before and after. Usage: bench/run-formats [--records N] [--repeat K].
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import random
 import statistics
 import struct
@@ -122,9 +124,11 @@ def pipeline_leg(spark, data, repeat: int, work: Path) -> dict:
                         dead_letter=DeadLetter())
         avro_source = Source(KafkaSource(kafka.bootstrap, ("bench-avro",)), "avro",
                              registry=Registry(url=registry.url, subject="bench-avro-value"))
-        seconds = {"json": [], "avro": []}
+        seconds: dict[str, list[float]] = {"json": [], "avro": []}
+        legs = [("json", base.source), ("avro", avro_source)]
         for n in range(repeat):
-            for name, source in (("json", base.source), ("avro", avro_source)):
+            # alternating which goes first: a warmer JVM or page cache favours neither
+            for name, source in (legs if n % 2 == 0 else legs[::-1]):
                 root = work / f"{name}-{n}"
                 pipeline = replace(base, source=source, target=Target(path=str(root / "t")),
                                    checkpoint=str(root / "c"), dead_letter=DeadLetter(path=str(root / "d")))
@@ -175,6 +179,7 @@ def main(argv=None) -> int:
     spark = get_session("ingest-bench-formats", conf={"spark.sql.shuffle.partitions": "2",
                                                       "spark.ui.enabled": "false"}, master="local[2]")
     data = records(args.records)
+    load_before = list(os.getloadavg())
     results = {}
     with tempfile.TemporaryDirectory(prefix="ingest-bench-formats-") as work:
         if "decode" in args.legs:
@@ -183,6 +188,8 @@ def main(argv=None) -> int:
         if "pipeline" in args.legs:
             results["pipeline"] = pipeline_leg(spark, data, args.repeat, Path(work))
             print("pipeline", json.dumps(results["pipeline"]), flush=True)
+    results["load_average"] = {"before": load_before, "after": list(os.getloadavg())}
+    print("load average before", load_before, "after", results["load_average"]["after"])
     (HERE / "formats.json").write_text(json.dumps(results, indent=2) + "\n")
     return 0
 
