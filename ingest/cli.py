@@ -915,6 +915,7 @@ def render_verify(report) -> str:
     for title, count, shown in examples:
         if shown:
             lines += [f"{title} (first {len(shown)} of {count}):"] + [f"  {line}" for line in shown]
+    lines += [f"finding: {finding}" for finding in r.findings]
     lines += [f"note: {note}" for note in r.notes]
     return "\n".join(lines)
 

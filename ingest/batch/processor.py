@@ -96,6 +96,7 @@ class BatchProcessor:
     _txn_version: int | None = -2  # the target's for the app id when the run started; -2: not read
     _topic_ids: dict | None = None
     _accepted_columns: StructType | None = None  # the batch columns last checked against the target
+    _origin_offsets: dict | None = None
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         self._batch_offsets = None
@@ -113,8 +114,8 @@ class BatchProcessor:
             self._batch_offsets = summary.end_offsets
             start, end = self._planned(session, batch_id, summary)
             txn = ledger.batch_txn(self.pipeline.name, self._app_query_id(session), batch_id,
-                                   end, summary.counts, table=self.table_key, start_offsets=start,
-                                   topic_ids=self._ids(end))
+                                   end, summary.counts, origin=self._origin(session), table=self.table_key,
+                                   start_offsets=start, topic_ids=self._ids(end))
             self._check_replay(session, batch_id, txn, start, end)
             rows = merge_mode.batch_rows(staged.where(F.col(STAGE).isNull()), self.pipeline)
             self._check_schema(session, rows.schema)  # before anything of the batch is written
@@ -216,6 +217,24 @@ class BatchProcessor:
         if self._txn_version is not None and batch_id <= self._txn_version:
             ledger.check_replay(session, target.location, bool(target.table), self.pipeline.name,
                                 txn, start, end)
+
+    def _origin(self, session) -> dict | None:
+        """For `starting_offsets: latest`: where the pipeline first started, kept in the
+        ledger across lost checkpoints (a recovery's checkpoint starts where the last
+        one stopped), so `verify` audits from there. Read once per query."""
+        if self.pipeline.source.kafka.starting_offsets != "latest":
+            return None
+        if self._origin_offsets is None:
+            target = self.pipeline.target
+            entries = (ledger.history_entries(session, target.location, bool(target.table), self.pipeline.name)
+                       if table_exists(session, target) else [])
+            origin = ledger.recorded_origin(entries) or {}
+            started = offset_log.planned_start(session, self.pipeline.checkpoint, 0) or {}
+            for topic, parts in started.items():  # partitions the ledger has no origin for
+                for partition, offset in parts.items():
+                    origin.setdefault(topic, {}).setdefault(partition, offset)
+            self._origin_offsets = origin
+        return self._origin_offsets
 
     def _app_query_id(self, session) -> str:
         # Spark writes the query id into the checkpoint when the query starts; it

@@ -259,3 +259,28 @@ def topic_ids(kafka: KafkaSource, topics, timeout: float = 15) -> dict[str, str]
                 continue
             raise BrokerUnreachable(f"Kafka at {kafka.bootstrap_servers}: describing {name}: {error}") from None
     return found
+
+
+def compacted_topics(kafka: KafkaSource, topics, timeout: float = 15) -> set[str]:
+    """The topics whose `cleanup.policy` includes `compact`: the log cleaner may have
+    removed any record of them that a later one with the same key superseded."""
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+    settings: dict = {**client_config(kafka), "logger": _QUIET}
+    admin = AdminClient(settings)
+    resources = [ConfigResource(ResourceType.TOPIC, name) for name in sorted(topics)]
+    if not resources:
+        return set()
+    found = set()
+    for resource, future in admin.describe_configs(resources, request_timeout=timeout).items():
+        try:
+            entries = future.result(timeout=timeout)
+        except KafkaException as error:
+            if error.args and error.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                continue
+            raise BrokerUnreachable(f"Kafka at {kafka.bootstrap_servers}: describing the configs of "
+                                    f"{resource.name}: {error}") from None
+        policy = entries.get("cleanup.policy")
+        if policy is not None and "compact" in str(policy.value or ""):
+            found.add(resource.name)
+    return found

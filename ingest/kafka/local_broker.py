@@ -280,12 +280,15 @@ def _tail(path: Path, lines: int = 20) -> str:
         return ""
 
 
-def create_topic(bootstrap_config: dict[str, str], name: str, partitions: int = 1) -> None:
+def create_topic(bootstrap_config: dict[str, str], name: str, partitions: int = 1,
+                 settings: dict[str, str] | None = None) -> None:
+    """`settings` are the topic's own configs, e.g. {"cleanup.policy": "compact"}."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     config: dict[str, Any] = dict(bootstrap_config)
     admin = AdminClient(config)
-    futures = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
+    futures = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1,
+                                            config=dict(settings or {}))])
     futures[name].result(timeout=30)
 
 

@@ -200,13 +200,13 @@ def _changing_uid(pipeline: Pipeline, output) -> list[Problem]:
     replayed record another uid: the retry would be inserted twice."""
     uid = pipeline.uid
     columns = [uid.field] if uid.field else list(uid.fields)
-    changing = _changing_columns(output) if columns else {}
+    changing = changing_columns(output) if columns else {}
     return [Problem("bad_sql", "uid", f"column {column!r} comes from {changing[column.lower()]}, which gives "
                     "a replayed record another value; expected a uid from the record's own data")
             for column in columns if column.lower() in changing]
 
 
-def _changing_columns(frame) -> dict[str, str]:
+def changing_columns(frame) -> dict[str, str]:
     """Output columns (lowercase) whose value is not a function of the record, with
     the expression that makes it so (classic sessions only)."""
     jdf = getattr(frame, "_jdf", None)
