@@ -162,6 +162,10 @@ class LocalKafka:
             "share.coordinator.state.topic.min.isr": "1",
             "group.initial.rebalance.delay.ms": "0",
             "auto.create.topics.enable": "false",
+            # the log cleaner is on (Kafka's default); it looks for work every second, not
+            # every 15, so a compacted test topic is cleaned within a test's time
+            "log.cleaner.enable": "true",
+            "log.cleaner.backoff.ms": "1000",
             **self._sasl_properties(),
             **self.extra_properties,
         }
