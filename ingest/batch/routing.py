@@ -34,17 +34,15 @@ from ingest.spec.model import Pipeline
 
 log = logging.getLogger("ingest.run")
 
-DEFAULT_THREADS = 8
-
-
 class NoSchema(IngestError):
     """A topic the pattern matched has no schema of its own and there is no shared one."""
 
 
-def table_threads() -> int:
-    """INGEST_TABLE_THREADS: how many tables of one batch commit at once (1: one after another)."""
+def table_threads(pipeline: Pipeline) -> int:
+    """The pipeline's `table_threads`; INGEST_TABLE_THREADS, when set, wins (the bench and
+    tests compare thread counts without editing files)."""
     text = os.environ.get("INGEST_TABLE_THREADS", "").strip()
-    return max(1, int(text)) if text.isdigit() else DEFAULT_THREADS
+    return max(1, int(text)) if text.isdigit() else pipeline.operations.table_threads
 
 
 @dataclass
@@ -54,10 +52,13 @@ class TopicRouter:
     pipeline: Pipeline
     on_report: Callable[[BatchReport], None] = lambda report: log.info(report.line())
     bounded: bool = True
-    threads: int = field(default_factory=table_threads)
+    threads: int = 0  # 0: table_threads(pipeline)
     failure: tuple | None = None
     tables: dict[str, BatchProcessor] = field(default_factory=dict)  # table -> its processor
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.threads = self.threads or table_threads(self.pipeline)
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         raw = batch_df.persist()  # read Kafka once, however many tables

@@ -321,7 +321,7 @@ def build(c: Check, raw: Any) -> Pipeline | None:
     if source and target and uid:
         _columns(c, source, transform, uid, target, cdc)
     if source and target and dead_letter:
-        _template_rules(c, source, target, dead_letter)
+        _template_rules(c, source, target, dead_letter, "table_threads" in top)
     if c.problems:
         return None
     return Pipeline(name, source, uid, target, checkpoint, dead_letter, transform, trigger,
@@ -800,7 +800,8 @@ def _dead_letter(c: Check, raw: Any, target: Target | None) -> DeadLetter | None
     return dead_letter
 
 
-def _template_rules(c: Check, source: Source, target: Target, dead_letter: DeadLetter) -> None:
+def _template_rules(c: Check, source: Source, target: Target, dead_letter: DeadLetter,
+                    threads_given: bool = False) -> None:
     """Per-topic output (dead letters or schemas per topic) needs a per-topic target:
     otherwise every topic's records would meet in one table after all."""
     if template.TOPIC in target.location or any(p.path in template.TEMPLATE_KEYS[:2]
@@ -822,6 +823,9 @@ def _template_rules(c: Check, source: Source, target: Target, dead_letter: DeadL
         c.add("template_rules", "source.registry", f"no subject, and one target for all of "
               f"{subscription}: the default subject is per topic (<topic>-value); expected "
               f"source.registry.subject, or {template.TOPIC} in {where} for a table per topic")
+    if threads_given:
+        c.add("template_rules", "table_threads", f"tables committed in parallel, but one target for all "
+              f"of {subscription}; table_threads applies only with {template.TOPIC} in {where}")
 
 
 def _trigger(c: Check, raw: Any) -> Trigger:

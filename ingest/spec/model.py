@@ -178,6 +178,8 @@ class Operations:
     metrics: Metrics = Metrics()
     maintenance: Maintenance = Maintenance()
     on_data_loss: str = "fail"  # fail | record
+    # per-topic pipelines: how many tables of one batch commit at once (1: one after another)
+    table_threads: int = 8
 
 
 @dataclass(frozen=True)

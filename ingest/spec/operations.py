@@ -1,4 +1,4 @@
-"""The contract's operations keys: `metrics`, `maintenance` and `on_data_loss`."""
+"""The contract's operations keys: `metrics`, `maintenance`, `on_data_loss` and `table_threads`."""
 
 from __future__ import annotations
 
@@ -11,13 +11,21 @@ from ingest.spec.values import Check, parse_duration
 METRICS_KEYS = ("prometheus", "consumer_group")
 PROMETHEUS_KEYS = ("port",)
 MAINTENANCE_KEYS = ("optimize_every", "vacuum_retain")
-TOP_KEYS = ("metrics", "maintenance", "on_data_loss")
+TOP_KEYS = ("metrics", "maintenance", "on_data_loss", "table_threads")
 
 
 def operations(c: Check, top: dict) -> Operations:
     return Operations(_metrics(c, top.get("metrics")), _maintenance(c, top.get("maintenance")),
                       c.enum("on_data_loss", top.get("on_data_loss"), ON_DATA_LOSS,
-                             "a data-loss policy", default="fail") or "fail")
+                             "a data-loss policy", default="fail") or "fail",
+                      _table_threads(c, top.get("table_threads")))
+
+
+def _table_threads(c: Check, raw: Any) -> int:
+    if raw is None:
+        return Operations.table_threads
+    threads = c.integer("table_threads", raw, 1, "a number of tables committed at once, 1 or more")
+    return threads or Operations.table_threads
 
 
 def one_data_loss_policy(c: Check, source: Source | None, ops: Operations, explicit: bool):
@@ -101,4 +109,6 @@ def to_document(ops: Operations) -> dict:
         document["maintenance"] = maintenance
     if ops.on_data_loss != "fail":
         document["on_data_loss"] = ops.on_data_loss
+    if ops.table_threads != Operations.table_threads:
+        document["table_threads"] = ops.table_threads
     return document

@@ -106,16 +106,16 @@ def test_a_crash_between_two_tables_a_lost_checkpoint_and_verify_per_table(spark
         tmp_path, topics[0], name="crashy",
         source={"kafka": {"bootstrap_servers": "${KAFKA_BOOTSTRAP}", "pattern": rf"{prefix}\..*"}},
         target={"path": str(tmp_path / "tables" / "${topic}")},
-        dead_letter={"path": str(tmp_path / "dead_letter" / "${topic}")})
+        dead_letter={"path": str(tmp_path / "dead_letter" / "${topic}")},
+        table_threads=1)  # tables in sorted order: a, then the crash
     tables = {t: str(tmp_path / "tables" / t.replace(".", "_")) for t in topics}
-    one_at_a_time = {"INGEST_TABLE_THREADS": "1"}  # tables in sorted order: a, then the crash
 
     crashed = IngestProcess(pipeline_file, kafka.bootstrap, tmp_path / "crash.log",
-                            fault="between_tables:batch=0", extra_env=one_at_a_time)
+                            fault="between_tables:batch=0")
     assert crashed.wait(timeout=900) == -9, crashed.output()[-3000:]
     assert [rows_or_none(spark, tables[t]) for t in topics] == [5, None, None]
 
-    run_to_end(pipeline_file, kafka, tmp_path / "replay.log", extra_env=one_at_a_time)
+    run_to_end(pipeline_file, kafka, tmp_path / "replay.log")
     for topic in topics:
         assert uids_in(spark, tables[topic]) == sorted(f"{topic}-{i}" for i in range(5))
     first = [entry for _, entry in ledger.history_entries(spark, tables[topics[0]], False, "crashy")]

@@ -104,3 +104,25 @@ def test_topics_that_render_alike_share_one_table():
     pipeline = load(PER_TOPIC)
     assert template.tables_of(pipeline, ["shop.b", "shop_b", "shop.a"]) == {
         "/data/tables/shop_a": ["shop.a"], "/data/tables/shop_b": ["shop.b", "shop_b"]}
+
+
+def test_table_threads_sets_how_many_tables_commit_at_once(monkeypatch):
+    from ingest.batch.routing import TopicRouter
+
+    monkeypatch.delenv("INGEST_TABLE_THREADS", raising=False)
+    pipeline = load(PER_TOPIC + "table_threads: 3\n")
+    assert pipeline.operations.table_threads == 3
+    assert to_document(pipeline)["table_threads"] == 3 and load(to_yaml(to_document(pipeline))) == pipeline
+    assert TopicRouter(pipeline).threads == 3
+    assert TopicRouter(load(PER_TOPIC)).threads == 8
+    monkeypatch.setenv("INGEST_TABLE_THREADS", "1")  # the bench's and tests' override
+    assert TopicRouter(pipeline).threads == 1
+
+
+def test_table_threads_needs_a_per_topic_target_and_a_whole_number():
+    [problem] = problems(PER_TOPIC.replace("tables/${topic}", "tables/shop").replace(
+        "  schemas:\n    shop.refunds: \"refund_id STRING, amount DOUBLE\"\n", "") + "table_threads: 4\n")
+    assert (problem.code, problem.path) == ("template_rules", "table_threads")
+    assert "table_threads applies only with ${topic} in target.path" in problem.message
+    [problem] = problems(PER_TOPIC + "table_threads: 0\n")
+    assert (problem.path, problem.line) == ("table_threads", 15)
