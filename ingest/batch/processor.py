@@ -18,7 +18,16 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from ingest.batch import dead_letter, faults, ledger, merge_mode, offset_log, schema_evolution, transform
+from ingest.batch import (
+    dead_letter,
+    faults,
+    ledger,
+    lost_ranges,
+    merge_mode,
+    offset_log,
+    schema_evolution,
+    transform,
+)
 from ingest.batch.cdc import decode_envelope
 from ingest.batch.conflicts import retry_conflicts
 from ingest.batch.decode import RAW, STAGE, decode
@@ -117,6 +126,8 @@ class BatchProcessor:
                                    end, summary.counts, origin=self._origin(session), table=self.table_key,
                                    start_offsets=start, topic_ids=self._ids(end))
             self._check_replay(session, batch_id, txn, start, end)
+            if start is not None and self.pipeline.records_data_loss:
+                self._record_skipped(session, batch_id, start, end, summary)
             rows = merge_mode.batch_rows(staged.where(F.col(STAGE).isNull()), self.pipeline)
             self._check_schema(session, rows.schema)  # before anything of the batch is written
             self._write_dead_letters(staged, summary, batch_id, txn)
@@ -160,6 +171,17 @@ class BatchProcessor:
         schema_evolution.check(target_schema(session, self.pipeline.target), columns,
                                self.pipeline.schema_evolution, self.pipeline.target.location)
         self._accepted_columns = columns
+
+    def _record_skipped(self, session, batch_id: int, start, end, summary: BatchSummary) -> None:
+        """Written before the batch's own commits, each under its own txn id: a replay
+        after a crash finds the same ranges and adds nothing."""
+        gaps = lost_ranges.skipped_ranges(self.pipeline, start, end, summary.start_offsets)
+        for gap in gaps:
+            log.warning("%s batch %d: %s while the query ran (on_data_loss: record); recorded in %s "
+                        "with stage lost", self.pipeline.name, batch_id, gap.describe(),
+                        self.pipeline.dead_letter.location)
+        if gaps:
+            lost_ranges.record_lost(session, self.pipeline, gaps)
 
     def _write_dead_letters(self, staged, summary: BatchSummary, batch_id: int, txn) -> None:
         faults.point("before_dead_letter", batch_id)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ingest.batch import ledger
+from ingest.batch.lost_ranges import Gap
 from ingest.batch.merge import table_exists
 from ingest.errors import IngestError
 from ingest.kafka import admin as kafka_admin
@@ -25,18 +26,6 @@ EARLIEST, LATEST = -2, -1  # Spark's per-partition markers in startingOffsets
 
 class RetentionGap(IngestError):
     """Offsets to resume from were deleted by Kafka's retention."""
-
-
-@dataclass(frozen=True)
-class Gap:
-    topic: str
-    partition: int
-    resume_at: int
-    earliest: int
-
-    def describe(self) -> str:
-        return (f"{self.topic}/{self.partition}: offsets {self.resume_at}-{self.earliest - 1} "
-                f"({self.earliest - self.resume_at} records) were deleted by retention")
 
 
 @dataclass(frozen=True)

@@ -13,12 +13,12 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ingest.batch.lost_ranges import record_lost
 from ingest.batch.processor import BatchReport
 from ingest.errors import SpecErrors
 from ingest.platform.session import on_databricks
 from ingest.run import recovery
 from ingest.run.checkpoint import read_state
-from ingest.run.data_loss import record_lost
 from ingest.run.fencing import Lease
 from ingest.run.log_store import single_driver_warning
 from ingest.run.maintenance import OptimizeSchedule

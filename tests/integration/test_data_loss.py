@@ -8,8 +8,8 @@ from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from ingest.audit.verify import verify
-from ingest.run.data_loss import record_lost
-from ingest.run.recovery import Gap
+from ingest.batch.lost_ranges import Gap, record_lost
+from ingest.run.query import start_query
 from ingest.run.supervisor import Supervisor
 from ingest.spec.model import Operations
 from tests.integration.conftest import run_once
@@ -48,3 +48,57 @@ def test_lost_ranges_are_recorded_once_and_verify_accounts_for_the_rest(spark, k
     report = verify(spark, pipeline)
     assert report.ok, report
     assert report.target_rows == 30
+
+
+def test_a_range_deleted_while_the_query_runs_is_recorded_before_the_batch_commits(spark, kafka, topic, pipeline):
+    """Retention deletes offsets 10-14 after batch 0 (0-9) and before batch 1 (10-19) reads
+    them: Spark (failOnDataLoss off) skips to 15, and the batch records 10-14 as lost."""
+    pipeline = replace(pipeline, operations=Operations(on_data_loss="record"),
+                       source=replace(pipeline.source, kafka=replace(pipeline.source.kafka, allow_data_loss=True,
+                                                                     max_offsets_per_trigger=10)))
+    send(kafka, topic, [f"c{i}" for i in range(20)])
+    admin = AdminClient(kafka.client_config())
+
+    def delete_after_batch_zero(report):
+        reports.append(report)
+        if report.batch_id == 0:
+            for future in admin.delete_records([TopicPartition(topic, 0, 15)]).values():
+                future.result(timeout=60)
+
+    reports: list = []
+    query, _ = start_query(spark, pipeline, once=True, on_report=delete_after_batch_zero)
+    try:
+        assert query.awaitTermination(600), "query still running"
+        assert query.exception() is None, query.exception()
+    finally:
+        query.stop()
+
+    assert [r.summary.read for r in reports] == [10, 5]
+    dead = spark.read.format("delta").load(pipeline.dead_letter.path)
+    lost = dead.where("stage = 'lost'").collect()
+    assert [(r._topic, r._partition, r._offset) for r in lost] == [(topic, 0, 10)]
+    assert lost[0].reason.startswith("offsets 10-14 (5 records) were deleted by Kafka retention")
+    report = verify(spark, pipeline)
+    assert report.ok, report
+    assert report.target_rows == 15
+
+
+def test_with_on_data_loss_fail_a_range_deleted_while_the_query_runs_stops_it(spark, kafka, topic, pipeline):
+    pipeline = replace(pipeline, source=replace(pipeline.source, kafka=replace(pipeline.source.kafka,
+                                                                               max_offsets_per_trigger=10)))
+    send(kafka, topic, [f"d{i}" for i in range(20)])
+    admin = AdminClient(kafka.client_config())
+
+    def delete_after_batch_zero(report):
+        if report.batch_id == 0:
+            for future in admin.delete_records([TopicPartition(topic, 0, 15)]).values():
+                future.result(timeout=60)
+
+    query, _ = start_query(spark, pipeline, once=True, on_report=delete_after_batch_zero)
+    try:
+        query.awaitTermination(600)
+        assert query.exception() is not None, "the query went on past lost offsets"
+        assert "data may have been lost" in str(query.exception())
+    finally:
+        query.stop()
+    assert spark.read.format("delta").load(pipeline.target.path).count() == 10  # batch 0 only

@@ -1,6 +1,12 @@
 """`on_data_loss: record`: each range lost to Kafka's retention becomes one row of
 the dead-letter table (stage `lost`), so every offset is accounted for somewhere.
 
+A range is found either when a run starts (the offsets to resume from are gone:
+`ingest.run.recovery`) or inside a batch, when retention deleted records the
+running query had planned but not yet read (Spark then skips to the earliest
+offset left): `skipped_ranges` compares the batch's planned start with what it
+read and asks the broker only where they differ.
+
 The row sits at the first lost offset; its reason names the whole range and when
 the loss was found. It is written under its own idempotent transaction id (one
 app id per partition, version = the first lost offset), so finding the same
@@ -10,15 +16,31 @@ gap again after a crash or a lost checkpoint adds nothing.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from ingest.batch import dead_letter
 from ingest.batch.ledger import Txn
-from ingest.run.recovery import Gap
+from ingest.kafka import admin as kafka_admin
 from ingest.spec import template
 from ingest.spec.model import Pipeline
 
 LOST = "lost"
+
+
+@dataclass(frozen=True)
+class Gap:
+    """Offsets resume_at .. earliest-1 of a partition, deleted before they were read."""
+
+    topic: str
+    partition: int
+    resume_at: int
+    earliest: int
+
+    def describe(self) -> str:
+        return (f"{self.topic}/{self.partition}: offsets {self.resume_at}-{self.earliest - 1} "
+                f"({self.earliest - self.resume_at} records) were deleted by retention")
+
 ROW = ("_topic STRING, _partition INT, _offset BIGINT, _kafka_timestamp TIMESTAMP, key BINARY, "
        "value BINARY, headers ARRAY<STRUCT<key: STRING, value: BINARY>>, stage STRING, reason STRING, "
        "pipeline STRING, batch_id BIGINT, _ingested_at TIMESTAMP")
@@ -45,3 +67,24 @@ def record_lost(spark, pipeline: Pipeline, gaps: list[Gap]) -> None:
         table = template.for_topic(pipeline, gap.topic).dead_letter if template.is_per_topic(pipeline) \
             else pipeline.dead_letter
         dead_letter.write(spark.createDataFrame([row], ROW), table, lost_txn(pipeline.name, gap))
+
+
+def skipped_ranges(pipeline: Pipeline, planned_start: dict, planned_end: dict, first_read: dict) -> list[Gap]:
+    """Ranges of this batch that retention deleted before Spark read them. A partition whose
+    first record read is its planned start (the usual case) costs nothing; only where the
+    batch read later than planned, or nothing at all, is the broker's earliest offset asked
+    (a transaction marker or a compacted record leaves such a hole too, and is no loss)."""
+    ends = {(t, p): end for t, parts in planned_end.items() for p, end in parts.items()}
+    suspects = {(topic, partition): start
+                for topic, parts in planned_start.items() for partition, start in parts.items()
+                if (topic, partition) in ends and 0 <= start
+                < first_read.get(topic, {}).get(partition, ends[topic, partition])}
+    if not suspects:
+        return []
+    marks = kafka_admin.watermarks(pipeline.source.kafka)
+    gaps = []
+    for (topic, partition), start in sorted(suspects.items()):
+        earliest = marks.get(topic, {}).get(partition, (None, None))[0]
+        if earliest is not None and earliest > start:
+            gaps.append(Gap(topic, partition, start, min(earliest, ends[topic, partition])))
+    return gaps
