@@ -685,7 +685,9 @@ def add_maintain(commands, environment: argparse.ArgumentParser) -> None:
         "maintain", parents=[environment], help="compact and vacuum a pipeline's tables",
         description="OPTIMIZE and/or VACUUM the target and the dead letters, safe while the "
         "pipeline runs. VACUUM keeps files for the longest of maintenance.vacuum_retain and the "
-        "table's delta.deletedFileRetentionDuration. With neither flag, both run.")
+        "table's delta.deletedFileRetentionDuration. With hard deletes, the delete log too: "
+        "VACUUM first purges the deletes logged longer ago than maintenance.delete_log_retain. "
+        "With neither flag, both run.")
     command.add_argument("file", metavar="FILE", help="pipeline file")
     command.add_argument("--optimize", action="store_true", help="compact small files")
     command.add_argument("--vacuum", action="store_true", help="delete files no version still needs")

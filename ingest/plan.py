@@ -182,7 +182,7 @@ def _transactions(pipeline: Pipeline) -> str:
 def _merge(pipeline: Pipeline) -> str:
     target = pipeline.target
     into = f"delta.`{target.path}`" if target.path else target.table
-    if pipeline.cdc is not None:
+    if pipeline.applies_deletes:
         from ingest.batch import merge_mode  # it needs pyspark; plan of other pipelines must not
 
         return "\n".join([f"MERGE WITH SCHEMA EVOLUTION INTO {into} AS t",

@@ -31,7 +31,8 @@ from ingest.batch import ledger, transform
 from ingest.batch.dead_letter import FAILURE_STAGES
 from ingest.batch.decode import RAW, REASON, STAGE, decode
 from ingest.batch.merge import table_exists
-from ingest.batch.processor import payload_schema, upsert_order
+from ingest.batch.merge_tombstones import TOMBSTONE
+from ingest.batch.processor import decode_records, payload_schema, staged_records, upsert_order
 from ingest.batch.uid import UID, with_uid
 from ingest.kafka import admin as kafka_admin
 from ingest.kafka.source import kafka_options
@@ -119,7 +120,7 @@ def verify(spark, pipeline: Pipeline, only_topics: tuple[str, ...] | None = None
     raw = read_topic(spark, pipeline).persist()
     try:
         findings = _outside_ledger(pipeline, raw, beyond, target is not None)
-        records = _records(spark, pipeline, raw, dead, target, scope)
+        records = _records(spark, pipeline, raw, dead, _uid_holders(spark, pipeline, target), scope)
         try:
             compacted = kafka_admin.compacted_topics(pipeline.source.kafka, subscribed) if target else set()
             findings += _row_findings(pipeline, records, target, _payload_columns(spark, pipeline, raw),
@@ -130,6 +131,19 @@ def verify(spark, pipeline: Pipeline, only_topics: tuple[str, ...] | None = None
             records.unpersist()
     finally:
         raw.unpersist()
+
+
+def _uid_holders(spark, pipeline: Pipeline, target: DataFrame | None) -> DataFrame | None:
+    """Where a uid is accounted: the target; with hard deletes also the delete log, which
+    holds the keys a tombstone or a cdc delete removed from the target."""
+    if not pipeline.keeps_delete_log:
+        return target
+    from ingest.batch.merge_changes import delete_log
+
+    log = _read_delta(spark, delete_log(pipeline.target))
+    if log is None or target is None:
+        return target if log is None else log.select(UID)
+    return target.select(UID).unionByName(log.select(UID))
 
 
 def read_topic(spark, pipeline: Pipeline) -> DataFrame:
@@ -291,7 +305,7 @@ def _records(spark, pipeline: Pipeline, raw: DataFrame, dead: DataFrame, target:
 
     Every record's stage is re-derived, dead-lettered or not: a good record found in
     the dead letters is a finding, not accounted."""
-    decoded = decode(raw, pipeline.source.format, payload_schema(spark, pipeline))
+    decoded = decode_records(raw, pipeline, payload_schema(spark, pipeline))
     records = _judge(_staged(pipeline, decoded, ()), dead, target, scope).persist()
     try:
         records.count()
@@ -306,10 +320,10 @@ def _records(spark, pipeline: Pipeline, raw: DataFrame, dead: DataFrame, target:
 
 def _staged(pipeline: Pipeline, decoded: DataFrame, failed) -> DataFrame:
     """The pipeline's own stages: transform (and where), then the uid."""
-    staged = with_uid(transform.apply(decoded, pipeline.transform, failed), pipeline.uid,
-                      upsert_order(pipeline))
+    staged = staged_records(decoded, pipeline, failed)
     changing = changing_columns(staged)  # as `_payload_columns`: the same hash on both sides
-    payload = [c for c in staged.columns if c not in (RAW, STAGE, REASON, UID) and c.lower() not in changing]
+    payload = [c for c in staged.columns if c not in (RAW, STAGE, REASON, UID, TOMBSTONE)
+               and c.lower() not in changing]
     order_by = upsert_order(pipeline)
     return staged.select(*[F.col(f"{RAW}.{c}").alias(c) for c in COORDINATES],
                          F.col(f"{RAW}.timestamp").alias("__kafka_timestamp"),

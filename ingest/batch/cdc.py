@@ -2,7 +2,11 @@
 
 The envelope is `{before, after, op, ts_ms, source}`, alone or inside Debezium's
 `{schema, payload}` wrapper (the JSON converter with `schemas.enable=true`);
-both are read with one parse. `c`, `r` (snapshot read) and `u` carry the row in
+both are read with one parse. With `source.format: avro` the envelope is
+Debezium's Avro envelope record in the Confluent wire format (the AvroConverter
+with a schema registry), decoded by `schema_decode.SchemaDecoder` with the
+reader schema; the row is the type of its `after` field, and `source`'s
+fields become the same map of text the JSON path reads. `c`, `r` (snapshot read) and `u` carry the row in
 `after`; `d` carries it (at least its key) in `before`. `source` is read as a
 map of strings, so any connector's fields (`lsn`, `file`, `pos`, ...) can name
 the sequence.
@@ -16,9 +20,10 @@ from __future__ import annotations
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import LongType, MapType, StringType, StructField, StructType
+from pyspark.sql.types import ArrayType, LongType, MapType, StringType, StructField, StructType
 
 from ingest.batch.decode import RAW, RAW_FIELDS, REASON, STAGE
+from ingest.batch.schema_decode import SchemaUnavailable
 from ingest.spec.model import Cdc
 
 SEQUENCE = "_sequence"
@@ -30,19 +35,61 @@ _CORRUPT = "__corrupt"
 _UNPARSED = "__unparsed"
 
 
-def decode_envelope(raw: DataFrame, cdc: Cdc, row: StructType) -> DataFrame:
-    """Columns RAW, STAGE, REASON, the row's columns, `_sequence`, `_op`."""
+class EnvelopeSchemaError(SchemaUnavailable):
+    """The Avro reader schema is not a change envelope: the run stops before a batch, exit 2."""
+
+
+def decode_envelope(raw: DataFrame, cdc: Cdc, row) -> DataFrame:
+    """Columns RAW, STAGE, REASON, the row's columns, `_sequence`, `_op`. `row` is the
+    row's StructType (json), or the run's `SchemaDecoder` of the envelope (avro)."""
     with_raw = raw.select(F.struct(*[F.col(c) for c in RAW_FIELDS]).alias(RAW))
+    if not isinstance(row, StructType):
+        return _avro_envelope(with_raw, cdc, row)
     parsed = with_raw.select(RAW, F.from_json(F.col(f"{RAW}.value").cast("string"),
                                               _parse_schema(row),
                                               {"columnNameOfCorruptRecord": _CORRUPT}).alias("p"))
     envelope = parsed.select(RAW, F.col("p").isNull().alias(_UNPARSED),
                              F.col(f"p.{_CORRUPT}").alias(_CORRUPT), _unwrapped().alias("e"))
+    unreadable = [(F.col(_UNPARSED), F.lit("not a JSON object")),
+                  (F.col(_CORRUPT).isNotNull(),
+                   F.lit("malformed JSON or a value of the wrong type for the envelope or source.schema"))]
+    return _changes(envelope, cdc, row, unreadable)
+
+
+def _avro_envelope(with_raw: DataFrame, cdc: Cdc, decoder) -> DataFrame:
+    row = envelope_row(decoder.columns)
+    decoded = decoder.decode(with_raw, RAW, "__decode_stage", "__decode_reason")
+    source_type = decoder.columns["source"].dataType if "source" in decoder.columns.names else None
+    source = (F.map_from_entries(F.array(*[
+        F.struct(F.lit(f.name).alias("key"), F.col(f"source.`{f.name}`").cast("string").alias("value"))
+        for f in source_type.fields if not isinstance(f.dataType, (StructType, ArrayType, MapType))]))
+        if isinstance(source_type, StructType) else F.lit(None).cast(MapType(StringType(), StringType())))
+    envelope = decoded.select(RAW, F.col("__decode_reason").alias("__unreadable"), F.struct(
+        F.col("before"), F.col("after"), F.col("op").cast("string").alias("op"),
+        (F.col("ts_ms").cast("bigint") if "ts_ms" in decoder.columns.names
+         else F.lit(None).cast("bigint")).alias("ts_ms"),
+        source.alias("source")).alias("e"))
+    return _changes(envelope, cdc, row, [(F.col("__unreadable").isNotNull(), F.col("__unreadable"))])
+
+
+def envelope_row(columns: StructType) -> StructType:
+    """The row inside an Avro envelope: the type of `after` (and `before`)."""
+    fields = {f.name: f.dataType for f in columns.fields}
+    row = fields.get("after")
+    if not isinstance(row, StructType) or "op" not in fields or "before" not in fields:
+        raise EnvelopeSchemaError(
+            "the reader schema is not a Debezium change envelope; expected a record with fields "
+            f"before, after (the row, a record), op, ts_ms and source, found {', '.join(fields) or 'none'}")
+    return row
+
+
+def _changes(envelope: DataFrame, cdc: Cdc, row: StructType, unreadable: list) -> DataFrame:
+    """From RAW and the envelope `e`: the change's row, op and sequence, or why not."""
     op = F.col("e.op")
     image = F.when(op == DELETE, F.col("e.before")).otherwise(F.col("e.after"))
     columns = [image[f.name].alias(f.name) for f in row.fields]
     sequence = sequence_column(cdc, row)
-    reason = _failure(cdc, row, sequence)
+    reason = _failure(cdc, row, sequence, unreadable)
     stage = (F.when(F.col(f"{RAW}.value").isNull(), F.lit("filtered"))
              .when(reason.isNotNull(), F.lit("decode")))
     return envelope.select(RAW, stage.alias(STAGE), reason.alias(REASON), *columns,
@@ -87,13 +134,11 @@ def sequence_name(cdc: Cdc) -> str:
     return cdc.sequence or "source.lsn (or ts_ms where there is no lsn)"
 
 
-def _failure(cdc: Cdc, row: StructType, sequence: Column) -> Column:
+def _failure(cdc: Cdc, row: StructType, sequence: Column, unreadable: list) -> Column:
     """Why a change cannot be applied, naming the field; null when it can."""
     op = F.col("e.op")
     checks = [
-        (F.col(_UNPARSED), F.lit("not a JSON object")),
-        (F.col(_CORRUPT).isNotNull(),
-         F.lit("malformed JSON or a value of the wrong type for the envelope or source.schema")),
+        *unreadable,
         (op.isNull(), F.lit("missing field 'op'; expected c, r, u or d")),
         (~op.isin(*OPS), F.format_string("unknown op '%s' in field 'op'; expected c, r, u or d", op)),
         ((op == DELETE) & F.col("e.before").isNull(),

@@ -1,8 +1,8 @@
 """Which MERGE a pipeline's batch takes, and the rows it takes them from.
 
-insert_only and upsert: `merge.merge_batch`. Changes (cdc, or tombstones in an
-upsert by Kafka key): `merge_changes` (soft or hard deletes) or, with
-`target.history`, `merge_history` (SCD type 2). Each is one commit into the
+insert_only and upsert: `merge.merge_batch`. cdc changes: `merge_changes` (soft
+or hard deletes) or, with `target.history`, `merge_history` (SCD type 2).
+Tombstones in an upsert by Kafka key: `merge_tombstones`. Each is one commit into the
 target under the txn id the caller has set.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame
 
-from ingest.batch import merge_changes, merge_history
+from ingest.batch import merge_changes, merge_history, merge_tombstones
 from ingest.batch.merge import MergeResult, create_table, merge_batch, table_exists, target_rows
 from ingest.batch.uid import one_per_uid
 from ingest.spec.model import Pipeline
@@ -26,6 +26,8 @@ def batch_rows(records: DataFrame, pipeline: Pipeline) -> DataFrame:
         return merge_history.version_rows(records, pipeline)
     if applies_changes(pipeline):
         return merge_changes.change_rows(records, pipeline)
+    if pipeline.deletes_by_tombstone:
+        return merge_tombstones.change_rows(records, pipeline)
     return target_rows(one_per_uid(records, pipeline.target.mode, pipeline.target.order_by))
 
 
@@ -34,7 +36,9 @@ def create_tables(session, pipeline: Pipeline, rows: DataFrame) -> None:
     Outside the txn id: a create under it would make the batch's MERGE look done."""
     if not table_exists(session, pipeline.target):
         create_table(session, pipeline.target, rows)
-    if applies_changes(pipeline) and pipeline.target.deletes == "hard":
+    if pipeline.keeps_delete_log:
+        if pipeline.deletes_by_tombstone:  # a tombstone's order_by is its logged sequence
+            rows = rows.withColumn(merge_changes.SEQUENCE, rows[f"`{pipeline.target.order_by}`"])
         merge_changes.create_delete_log(session, pipeline, rows)
 
 
@@ -43,6 +47,8 @@ def merge(session, rows: DataFrame, pipeline: Pipeline, bounds: dict[str, str]) 
         return merge_history.merge_versions(session, rows, pipeline, bounds)
     if applies_changes(pipeline):
         return merge_changes.merge_changes(session, rows, pipeline, bounds)
+    if pipeline.deletes_by_tombstone:
+        return merge_tombstones.merge_tombstones(session, rows, pipeline, bounds)
     return merge_batch(session, rows, pipeline, bounds)
 
 
@@ -52,6 +58,9 @@ def merge_text(pipeline: Pipeline, condition: str) -> list[str]:
         return ["USING (the batch's versions with the target's versions of its keys, intervals "
                 "recomputed) AS s", f"ON {condition} AND t._valid_from = s._valid_from",
                 *merge_history.clauses()]
+    if pipeline.deletes_by_tombstone:
+        using, *clauses = merge_tombstones.clauses(pipeline)
+        return [using, f"ON {condition}", *clauses]
     using = "USING (the batch, each key's last change by _sequence, partition, offset) AS s"
     if pipeline.target.deletes == "hard":
         using = using[:-6] + ", minus changes older than the delete log's entry for their key) AS s"

@@ -30,7 +30,7 @@ from ingest.batch import (
 )
 from ingest.batch.cdc import decode_envelope
 from ingest.batch.conflicts import retry_conflicts
-from ingest.batch.decode import RAW, STAGE, decode
+from ingest.batch.decode import RAW, REASON, STAGE, decode
 from ingest.batch.merge import MergeResult, table_exists, target_schema
 from ingest.batch.uid import UID, with_uid
 from ingest.kafka import admin as kafka_admin
@@ -159,11 +159,10 @@ class BatchProcessor:
     def _decode(self, batch_df: DataFrame) -> DataFrame:
         if self.pipeline.cdc is not None:  # change envelopes: the row, its op and sequence
             return decode_envelope(batch_df, self.pipeline.cdc, self.schema)
-        return decode(batch_df, self.pipeline.source.format, self.schema)
+        return decode_records(batch_df, self.pipeline, self.schema)
 
     def _route(self, decoded: DataFrame, failed) -> DataFrame:
-        transformed = transform.apply(decoded, self.pipeline.transform, failed)
-        return with_uid(transformed, self.pipeline.uid, upsert_order(self.pipeline)).persist()
+        return staged_records(decoded, self.pipeline, failed).persist()
 
     def _check_schema(self, session, columns: StructType) -> None:
         if columns == self._accepted_columns or not table_exists(session, self.pipeline.target):
@@ -331,6 +330,31 @@ def utc_literal(micros: int) -> str:
     return instant.strftime("%Y-%m-%d %H:%M:%S.%f") + "Z"
 
 
+def decode_records(raw: DataFrame, pipeline: Pipeline, schema) -> DataFrame:
+    """Decoded records (without `cdc`); in an upsert by Kafka key, tombstones marked as deletes."""
+    decoded = decode(raw, pipeline.source.format, schema)
+    if not pipeline.deletes_by_tombstone:
+        return decoded
+    from ingest.batch.merge_tombstones import mark
+
+    return mark(decoded)
+
+
+def staged_records(decoded: DataFrame, pipeline: Pipeline, failed=()) -> DataFrame:
+    """Transformed records with their uid; what the batch and `verify` both stage."""
+    if not pipeline.deletes_by_tombstone:
+        return with_uid(transform.apply(decoded, pipeline.transform, failed), pipeline.uid,
+                        upsert_order(pipeline))
+    from ingest.batch.merge_tombstones import TOMBSTONE
+
+    # a tombstone has no payload to transform or filter: it passes around the transform
+    tombstones = decoded.where(F.col(TOMBSTONE)).select(RAW, STAGE, REASON, TOMBSTONE)
+    versions = transform.apply(decoded.where(~F.col(TOMBSTONE)).drop(TOMBSTONE), pipeline.transform,
+                               failed).withColumn(TOMBSTONE, F.lit(False))
+    return with_uid(versions.unionByName(tombstones, allowMissingColumns=True), pipeline.uid,
+                    upsert_order(pipeline), unordered_ok=TOMBSTONE)
+
+
 def upsert_order(pipeline: Pipeline) -> str | None:
     """The column whose null makes an upsert record a dead letter (None for insert_only)."""
     return pipeline.target.order_by if pipeline.target.mode == "upsert" else None
@@ -342,7 +366,12 @@ def payload_schema(spark, pipeline: Pipeline):
     if pipeline.source.format in ("avro", "protobuf"):
         from ingest.batch.schema_decode import SchemaDecoder
 
-        return SchemaDecoder.open(pipeline.source)
+        decoder = SchemaDecoder.open(pipeline.source)
+        if pipeline.cdc is not None:  # the reader schema must be a change envelope
+            from ingest.batch.cdc import envelope_row
+
+            envelope_row(decoder.columns)
+        return decoder
     if pipeline.source.format != "json":
         return None
     return spark.createDataFrame([], pipeline.source.schema).schema

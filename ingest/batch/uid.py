@@ -69,15 +69,19 @@ def _missing_reason(uid: Uid) -> str:
     return f"one of the fields {', '.join(uid.fields)} is null"
 
 
-def with_uid(staged: DataFrame, uid: Uid, order_by: str | None = None) -> DataFrame:
+def with_uid(staged: DataFrame, uid: Uid, order_by: str | None = None,
+             unordered_ok: str | None = None) -> DataFrame:
     """Adds `_uid`; records without one become `uid` failures. With `order_by` (upsert),
     so does a record whose `order_by` is null: no rule could say whether it is newer
-    than the row it would replace."""
+    than the row it would replace; except where the boolean column `unordered_ok` is
+    true (a tombstone, which takes its order from the version it deletes)."""
     value = F.when(F.col(STAGE).isNull(), uid_column(uid, staged.schema))
     missing = F.col(STAGE).isNull() & value.isNull()
     reason = F.lit(_missing_reason(uid))
     if order_by is not None:
         unordered = F.col(STAGE).isNull() & value.isNotNull() & F.col(f"`{order_by}`").isNull()
+        if unordered_ok is not None:
+            unordered = unordered & ~F.col(unordered_ok)
         reason = F.when(missing, reason).otherwise(
             F.lit(f"order_by column '{order_by}' is null; upsert needs it to tell the latest version"))
         missing = missing | unordered

@@ -7,6 +7,11 @@ pipeline's `maintenance.vacuum_retain` and the table's own
 `delta.deletedFileRetentionDuration`, so time travel a user asked for, and a
 batch still reading an older snapshot, keep their files. Delta's retention
 safety check is never switched off.
+
+With hard deletes the delete log (`<target>_deletes`) is maintained too, and
+vacuuming purges it first: a delete logged longer ago than
+`maintenance.delete_log_retain` is forgotten (docs/cdc.md says why that
+horizon must exceed the latest a change can arrive).
 """
 
 from __future__ import annotations
@@ -16,12 +21,14 @@ from dataclasses import dataclass
 
 from ingest.batch.conflicts import retry_conflicts
 from ingest.batch.merge import table_exists
+from ingest.batch.merge_changes import delete_log, purge_delete_log
 from ingest.batch.uid import UID
 from ingest.kafka import admin as kafka_admin
 from ingest.spec import template
 from ingest.spec.model import Pipeline, Target
 from ingest.spec.values import parse_duration
 
+DELETE_LOG = "delete log"
 DELTA_DEFAULT_RETENTION_S = 7 * 24 * 3600  # delta.deletedFileRetentionDuration's default
 _INTERVAL = re.compile(r"^\s*interval\s+(\d+)\s+(\w+?)s?\s*$", re.IGNORECASE)
 
@@ -34,9 +41,9 @@ class Files:
 
 @dataclass(frozen=True)
 class Maintained:
-    table: str  # "target" or "dead letters"
+    table: str  # "target", "dead letters" or "delete log"
     location: str
-    action: str  # "optimize" | "vacuum"
+    action: str  # "optimize" | "vacuum" | "purge"
     before: Files
     after: Files
     detail: str = ""
@@ -49,7 +56,10 @@ class Maintained:
 
 def tables(pipeline: Pipeline) -> list[tuple[str, Target]]:
     dead = pipeline.dead_letter
-    return [("target", pipeline.target), ("dead letters", Target(path=dead.path, table=dead.table))]
+    found = [("target", pipeline.target), ("dead letters", Target(path=dead.path, table=dead.table))]
+    if pipeline.keeps_delete_log:
+        found.append((DELETE_LOG, delete_log(pipeline.target)))
+    return found
 
 
 def maintain(spark, pipeline: Pipeline, optimize: bool, vacuum: bool, zorder: bool = False) -> list[Maintained]:
@@ -63,6 +73,8 @@ def maintain(spark, pipeline: Pipeline, optimize: bool, vacuum: bool, zorder: bo
             continue
         if optimize:
             done.append(compact(spark, name, table, zorder_by=UID if zorder and name == "target" else None))
+        if vacuum and name == DELETE_LOG:
+            done.append(purge(spark, table, pipeline))
         if vacuum:
             done.append(vacuum_table(spark, name, table, pipeline.operations.maintenance.vacuum_retain_seconds))
     return done
@@ -88,6 +100,17 @@ def vacuum_table(spark, name: str, table: Target, retain_seconds: int) -> Mainta
     return Maintained(name, table.location, "vacuum", before, files(spark, table),
                       f"kept files removed in the last {hours:g} hours (longest of maintenance.vacuum_retain "
                       f"and the table's delta.deletedFileRetentionDuration)")
+
+
+def purge(spark, table: Target, pipeline: Pipeline) -> Maintained:
+    """Forget the deletes logged longer ago than maintenance.delete_log_retain."""
+    keep = pipeline.operations.maintenance
+    before = files(spark, table)
+    purged = retry_conflicts(lambda: purge_delete_log(spark, pipeline, keep.delete_log_retain_seconds),
+                             f"purge of the delete log {table.location}")
+    return Maintained(DELETE_LOG, table.location, "purge", before, files(spark, table),
+                      f"{purged} deletes logged more than {keep.delete_log_retain} ago forgotten "
+                      "(maintenance.delete_log_retain)")
 
 
 def files(spark, table: Target) -> Files:

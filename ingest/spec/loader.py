@@ -316,6 +316,9 @@ def build(c: Check, raw: Any) -> Pipeline | None:
                                                                      "on_data_loss" in top)
     if target and uid:
         _deletes_rules(c, top, uid, target)
+    if cdc is not None and source is not None and source.format not in ("json", "avro"):
+        c.add("cdc_rules", "source.format", f"cdc reads Debezium envelopes in json or avro, not "
+              f"{source.format}; expected format json or avro")
     evolution = c.enum("schema_evolution", top.get("schema_evolution"), SCHEMA_EVOLUTIONS,
                        "a schema evolution policy", default="add_columns")
     if source and target and uid:
@@ -713,12 +716,14 @@ def _cdc_target_rules(c: Check, mode: str | None, target: dict) -> None:
 
 
 def _deletes_rules(c: Check, top: dict, uid: Uid, target: Target) -> None:
-    """deletes and history: with cdc only."""
+    """deletes: with cdc, or tombstones in an upsert by Kafka key; history: with cdc only."""
     raw = top.get("target") or {}
     with_cdc = "cdc" in top
-    if raw.get("deletes") is not None and not with_cdc:
-        c.add("cdc_rules", "target.deletes", "only cdc changes delete (a tombstone delete by "
-              "uid: {key: true} is not supported yet); expected a cdc section, or no deletes")
+    by_tombstone = uid is not None and uid.key and target.mode == "upsert"
+    if raw.get("deletes") is not None and not with_cdc and not by_tombstone:
+        c.add("cdc_rules", "target.deletes", "only cdc changes and tombstones in an upsert with "
+              "uid: {key: true} delete (in insert_only a tombstone is a dead letter); expected a "
+              "cdc section, uid: {key: true} with mode: upsert, or no deletes")
     if target.history and not with_cdc:
         c.add("cdc_rules", "target.history", "history (SCD type 2) keeps the versions of cdc "
               "changes; expected a cdc section, or no history")
@@ -966,8 +971,8 @@ def to_document(pipeline: Pipeline) -> dict:
 
 
 def deletes_apply(pipeline: Pipeline) -> bool:
-    """Whether anything in this pipeline deletes: only cdc changes do."""
-    return pipeline.cdc is not None
+    """Whether anything in this pipeline deletes: cdc changes, or tombstones in an upsert by key."""
+    return pipeline.applies_deletes
 
 
 def _source_document(source: Source) -> dict:

@@ -171,6 +171,9 @@ class Maintenance:
     optimize_every_seconds: int | None = None  # `optimize_every: "1 hour"`
     vacuum_retain: str = "168 hours"
     vacuum_retain_seconds: int = 168 * 3600
+    # hard deletes: how long `ingest maintain` keeps a delete in the delete log (docs/cdc.md)
+    delete_log_retain: str = "7 days"
+    delete_log_retain_seconds: int = 7 * 24 * 3600
 
 
 @dataclass(frozen=True)
@@ -201,6 +204,21 @@ class Pipeline:
     source_file: str | None = None
     # resolved values that must never be printed (from secret variables or secret keys)
     secret_values: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
+
+    @property
+    def deletes_by_tombstone(self) -> bool:
+        """An upsert keyed by the Kafka key: a tombstone (a null value) deletes its key."""
+        return self.cdc is None and self.uid.key and self.target.mode == "upsert"
+
+    @property
+    def applies_deletes(self) -> bool:
+        """cdc changes, or tombstones in an upsert by Kafka key: `target.deletes` applies."""
+        return self.cdc is not None or self.deletes_by_tombstone
+
+    @property
+    def keeps_delete_log(self) -> bool:
+        """Hard deletes keep the delete log beside the target (`<target>_deletes`)."""
+        return self.applies_deletes and self.target.deletes == "hard"
 
     @property
     def records_data_loss(self) -> bool:

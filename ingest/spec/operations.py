@@ -10,7 +10,7 @@ from ingest.spec.values import Check, parse_duration
 
 METRICS_KEYS = ("prometheus", "consumer_group")
 PROMETHEUS_KEYS = ("port",)
-MAINTENANCE_KEYS = ("optimize_every", "vacuum_retain")
+MAINTENANCE_KEYS = ("optimize_every", "vacuum_retain", "delete_log_retain")
 TOP_KEYS = ("metrics", "maintenance", "on_data_loss", "table_threads")
 
 
@@ -76,9 +76,15 @@ def _maintenance(c: Check, raw: Any) -> Maintenance:
     retain = c.text("maintenance.vacuum_retain", maintenance.get("vacuum_retain"),
                     'a duration, e.g. "168 hours"', quote_hint=False)
     retain_seconds = _duration(c, "maintenance.vacuum_retain", retain) if retain else None
-    if retain_seconds is None:
-        return Maintenance(batches, seconds)
-    return Maintenance(batches, seconds, retain, retain_seconds)
+    default = Maintenance()
+    keep = c.text("maintenance.delete_log_retain", maintenance.get("delete_log_retain"),
+                  'a duration, e.g. "30 days"', quote_hint=False)
+    keep_seconds = _duration(c, "maintenance.delete_log_retain", keep) if keep else None
+    return Maintenance(batches, seconds,
+                       retain if retain_seconds else default.vacuum_retain,
+                       retain_seconds or default.vacuum_retain_seconds,
+                       keep if keep_seconds else default.delete_log_retain,
+                       keep_seconds or default.delete_log_retain_seconds)
 
 
 def _duration(c: Check, path: str, text: str) -> int | None:
@@ -105,6 +111,8 @@ def to_document(ops: Operations) -> dict:
         maintenance["optimize_every"] = m.optimize_every_batches or f"{m.optimize_every_seconds} seconds"
     if m.vacuum_retain_seconds != default.vacuum_retain_seconds:
         maintenance["vacuum_retain"] = m.vacuum_retain
+    if m.delete_log_retain_seconds != default.delete_log_retain_seconds:
+        maintenance["delete_log_retain"] = m.delete_log_retain
     if maintenance:
         document["maintenance"] = maintenance
     if ops.on_data_loss != "fail":

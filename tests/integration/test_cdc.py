@@ -158,3 +158,46 @@ def test_verify_finds_a_key_the_table_got_wrong(spark, changes, cdc):
     assert (report.ok, report.differing) == (False, 1)
     assert report.examples[0].uid == "3" and '"tier":"a"' in report.examples[0].expected
     assert '"tier":"x"' in report.examples[0].found
+
+
+CUSTOMER_ROW = {"type": "record", "name": "Value", "namespace": "shop.public.customers",
+                "fields": [{"name": "id", "type": "long"}, {"name": "name", "type": ["null", "string"]},
+                           {"name": "tier", "type": ["null", "string"]}]}
+DEBEZIUM_AVRO = {  # Debezium's Avro envelope for a Postgres table, as its AvroConverter registers it
+    "type": "record", "name": "Envelope", "namespace": "shop.public.customers",
+    "fields": [
+        {"name": "before", "type": ["null", CUSTOMER_ROW], "default": None},
+        {"name": "after", "type": ["null", "Value"], "default": None},
+        {"name": "source", "type": {"type": "record", "name": "Source", "namespace": "io.debezium.connector.postgresql",
+                                    "fields": [{"name": "connector", "type": "string"},
+                                               {"name": "ts_ms", "type": "long"},
+                                               {"name": "lsn", "type": ["null", "long"], "default": None}]}},
+        {"name": "op", "type": "string"},
+        {"name": "ts_ms", "type": ["null", "long"], "default": None},
+    ],
+}
+
+
+def test_debezium_avro_envelopes_through_the_same_merge(spark, kafka, topic, registry, cdc):
+    from confluent_kafka import Producer
+
+    from tests.integration.test_avro import avro_pipeline, serialized
+
+    def change(op, key, lsn, tier=None):
+        row = {"id": key, "name": f"n{key}", "tier": tier}
+        return serialized(registry, topic, DEBEZIUM_AVRO, {
+            "before": row if op == "d" else None, "after": None if op == "d" else row,
+            "source": {"connector": "postgresql", "ts_ms": 1, "lsn": lsn}, "op": op, "ts_ms": 1})
+
+    producer = Producer(kafka.client_config())
+    for value in (change("c", 1, 10, "a"), change("u", 1, 12, "b"), change("u", 1, 11, "late"),
+                  change("c", 2, 13, "a"), change("d", 2, 14), None, b"\x00\x00\x00\x00\x63junk"):
+        producer.produce(topic, key=b"k", value=value, partition=0)
+    assert producer.flush(30) == 0
+    cdc = avro_pipeline(replace(cdc, source=replace(cdc.source, schema=None)), registry)
+    run_once(spark, cdc)
+
+    assert rows(spark, cdc, "name", "tier", "_deleted", "_sequence", "_op") == [
+        (1, "n1", "b", False, 12, "u"), (2, "n2", None, True, 14, "d")]  # a delete from before
+    dead = table(spark, cdc.dead_letter.path).collect()
+    assert [r.stage for r in dead] == ["decode"] and "schema id 99" in dead[0].reason

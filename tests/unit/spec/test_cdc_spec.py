@@ -79,12 +79,15 @@ def test_round_trip_through_yaml_keeps_cdc_and_deletes():
         assert load(to_yaml(to_document(pipeline))) == pipeline
 
 
-def test_uid_key_true_and_tombstone_deletes_not_yet():
-    pipeline = load(TOMBSTONES.replace("  deletes: hard\n", ""))
+def test_uid_key_true_upsert_deletes_by_tombstone_insert_only_refuses_deletes():
+    pipeline = load(TOMBSTONES)
     assert pipeline.uid == Uid(key=True) and pipeline.uid.kind == "key"
-    found = problems(TOMBSTONES)
-    assert found[0][:3] == ("cdc_rules", 13, "target.deletes")
-    assert "not supported yet" in found[0][3]
+    assert pipeline.deletes_by_tombstone and pipeline.keeps_delete_log
+    assert to_document(pipeline)["target"]["deletes"] == "hard"
+    assert load(TOMBSTONES.replace("  deletes: hard\n", "")).target.deletes == "soft"
+    found = problems(TOMBSTONES.replace("  mode: upsert\n  order_by: ts\n", ""))
+    assert found[0][:3] == ("cdc_rules", 11, "target.deletes")
+    assert "in insert_only a tombstone is a dead letter" in found[0][3]
 
 
 def test_cdc_rules_each_with_line_and_path():
@@ -130,3 +133,11 @@ def test_change_columns_are_reserved_with_cdc():
     found = problems(CDC.replace("updated_at TIMESTAMP", "updated_at TIMESTAMP, _deleted BOOLEAN"))
     assert found[0][:3] == ("bad_column", 6, "source.schema")
     assert "_deleted" in found[0][3]
+
+
+def test_cdc_reads_avro_envelopes_and_refuses_protobuf():
+    avro = CDC.replace('  schema: "id BIGINT, name STRING, email STRING, updated_at TIMESTAMP"\n',
+                       "  format: avro\n  registry: {url: 'http://registry:8081'}\n")
+    assert load(avro).source.format == "avro"
+    found = problems(avro.replace("format: avro", "format: protobuf"))
+    assert ("cdc_rules", "source.format") in [(p[0], p[2]) for p in found]

@@ -15,6 +15,7 @@ metrics:
 maintenance:
   optimize_every: 100
   vacuum_retain: "200 hours"
+  delete_log_retain: "30 days"
 on_data_loss: record
 """
 
@@ -28,6 +29,7 @@ def test_operations_keys_load_and_round_trip():
     ops = pipeline.operations
     assert (ops.metrics.prometheus_port, ops.metrics.consumer_group) == (9464, "ingest-orders")
     assert (ops.maintenance.optimize_every_batches, ops.maintenance.vacuum_retain_seconds) == (100, 720000)
+    assert ops.maintenance.delete_log_retain_seconds == 30 * 24 * 3600
     assert pipeline.records_data_loss
     assert load(to_yaml(to_document(pipeline))) == pipeline
 
@@ -37,6 +39,7 @@ def test_defaults_fail_on_data_loss_and_no_metrics():
     assert pipeline.operations.on_data_loss == "fail" and not pipeline.records_data_loss
     assert pipeline.operations.metrics.prometheus_port is None
     assert "on_data_loss" not in to_document(pipeline)
+    assert pipeline.operations.maintenance.delete_log_retain_seconds == 7 * 24 * 3600
 
 
 def test_optimize_every_takes_a_duration():
@@ -49,6 +52,8 @@ def test_optimize_every_takes_a_duration():
     ("metrics: {prometheus: {port: 70000}}\n", "p.yaml:12: metrics.prometheus.port", "70000 is too large"),
     ("metrics: {prometeus: {port: 1}}\n", "p.yaml:12: metrics.prometeus", "unknown key"),
     ('maintenance: {vacuum_retain: "1 fortnight"}\n', "p.yaml:12: maintenance.vacuum_retain",
+     "is not a duration"),
+    ('maintenance: {delete_log_retain: "forever"}\n', "p.yaml:12: maintenance.delete_log_retain",
      "is not a duration"),
 ])
 def test_bad_operations_name_file_line_and_key(extra, where, message):

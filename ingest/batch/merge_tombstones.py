@@ -1,0 +1,174 @@
+"""Upsert by Kafka key with tombstones: a key with a null value deletes that key.
+
+`uid: {key: true}` in an upsert, without `cdc`: records are versions of their
+key, ordered as every upsert orders them (`order_by`, ties by Kafka timestamp,
+then topic, partition, offset), and a tombstone deletes the key under
+`target.deletes` (soft: the row stays with `_deleted = true`; hard: it goes,
+and the delete is logged in `<target>_deletes` as cdc's hard deletes are).
+
+A tombstone has no payload, so no `order_by` value of its own. It deletes what
+came before it in Kafka order, so it takes the `order_by` of the key's version
+it deletes: the latest (in the upsert's order) of the key's versions that
+precede it in Kafka order (by Kafka timestamp, topic, partition, offset), in
+the batch or in the target. A soft-deleted row keeps that version's values and
+`order_by`. So a late version older than the deleted one loses to the delete
+and cannot bring the key back; a version with a later `order_by` (or an equal
+one written later) brings it back. A tombstone of a key nothing precedes has
+no `order_by` (null) and loses to any version. The result is the same whether
+the versions and the tombstone come in one batch or spread over batches.
+
+The target also holds `_op` (`u` for a version, `d` for a tombstone), as a cdc
+target does: the MERGE's delete clause reads it.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from ingest.batch.cdc import DELETE, OP, SEQUENCE
+from ingest.batch.decode import RAW, REASON, STAGE
+from ingest.batch.merge import MergeResult, delta_table, target_rows
+from ingest.batch.merge_changes import DELETE_LOG_COLUMNS, DELETED, delete_log
+from ingest.batch.merge_condition import merge_condition, sql_string, upsert_condition
+from ingest.batch.uid import UID
+from ingest.spec.model import Pipeline
+
+TOMBSTONE = "__tombstone"  # set by `mark`, read until the rows are built
+UPDATE = "u"
+_PRIOR = "__prior"
+# a row's place in the upsert's order, after `order_by` (the target's and the log's columns)
+_TIES = ("_kafka_timestamp", "_topic", "_partition", "_offset")
+
+
+def mark(decoded: DataFrame) -> DataFrame:
+    """A record with a key and a null value is a delete of that key, not a decode failure;
+    it gets `TOMBSTONE` true and a null payload."""
+    tombstone = F.col(f"{RAW}.value").isNull() & F.col(f"{RAW}.key").isNotNull()
+    payload = [c for c in decoded.columns if c not in (RAW, STAGE, REASON)]
+    return decoded.select(
+        RAW,
+        F.when(tombstone, F.lit(None)).otherwise(F.col(STAGE)).cast("string").alias(STAGE),
+        F.when(tombstone, F.lit(None)).otherwise(F.col(REASON)).cast("string").alias(REASON),
+        *[F.when(tombstone, F.lit(None)).otherwise(F.col(f"`{c}`")).alias(c) for c in payload],
+        tombstone.alias(TOMBSTONE))
+
+
+def change_rows(records: DataFrame, pipeline: Pipeline) -> DataFrame:
+    """The batch's versions and tombstones as target rows with `_op` (and, soft,
+    `_deleted`); a tombstone carries the values and `order_by` of the version it
+    deletes, where the batch has one before it. Not yet one per key: a tombstone may
+    still take its order from the target (`merge_tombstones`)."""
+    order_by = pipeline.target.order_by
+    tombstone = F.col(TOMBSTONE)
+    payload = [c for c in records.columns if c not in (RAW, STAGE, REASON, UID, TOMBSTONE)]
+    raw = [F.col(f"{RAW}.{c}") for c in ("timestamp", "topic", "partition", "offset")]
+    before = (Window.partitionBy(UID).orderBy(*raw)
+              .rowsBetween(Window.unboundedPreceding, -1))
+    rank = F.when(~tombstone, F.struct(F.col(f"`{order_by}`"), *raw))
+    prior = F.max_by(F.struct(*[F.col(f"`{c}`") for c in payload]), rank).over(before)
+    rows = records.withColumn(_PRIOR, prior).select(
+        RAW, UID, TOMBSTONE,
+        *[F.when(tombstone, F.col(f"{_PRIOR}.`{c}`")).otherwise(F.col(f"`{c}`")).alias(c) for c in payload])
+    rows = rows.withColumn(OP, F.when(tombstone, F.lit(DELETE)).otherwise(F.lit(UPDATE)))
+    if pipeline.target.deletes == "soft":
+        rows = rows.withColumn(DELETED, tombstone)
+    return target_rows(rows.drop(TOMBSTONE))
+
+
+def merge_tombstones(session, rows: DataFrame, pipeline: Pipeline, bounds: dict[str, str]) -> MergeResult:
+    """One MERGE commit into the target; with hard deletes the delete log's own commit
+    first. Both under the txn id the caller has set on the session."""
+    table = delta_table(session, pipeline.target)
+    condition = merge_condition(pipeline, bounds)
+    rows = _last_per_key(_after_target_versions(rows, table.toDF(), pipeline, bounds), pipeline)
+    later, is_delete = upsert_condition(pipeline), f"s.{OP} = '{DELETE}'"
+    if pipeline.target.deletes == "hard":
+        rows = _after_logged_deletes(session, rows, pipeline, bounds)
+    builder = table.alias("t").merge(rows.alias("s"), condition).withSchemaEvolution()
+    if pipeline.target.deletes == "hard":
+        builder = (builder.whenMatchedDelete(condition=f"{is_delete} AND {later}")
+                   .whenMatchedUpdateAll(condition=later)
+                   .whenNotMatchedInsertAll(condition=f"s.{OP} <> '{DELETE}'"))
+    else:
+        builder = builder.whenMatchedUpdateAll(condition=later).whenNotMatchedInsertAll()
+    metrics = builder.execute().collect()
+    row = metrics[0].asDict() if metrics else {}
+    return MergeResult(inserted=int(row.get("num_inserted_rows") or 0),
+                       updated=int(row.get("num_updated_rows") or 0),
+                       deleted=int(row.get("num_deleted_rows") or 0))
+
+
+def _last_per_key(rows: DataFrame, pipeline: Pipeline) -> DataFrame:
+    """Each key's last version or tombstone in the upsert's order (`one_per_uid`'s, on
+    the target rows' coordinates)."""
+    order = [F.col(f"`{pipeline.target.order_by}`").desc_nulls_last(), *[F.col(c).desc() for c in _TIES]]
+    rank = F.row_number().over(Window.partitionBy(UID).orderBy(*order))
+    return rows.withColumn("__rank", rank).where(F.col("__rank") == 1).drop("__rank")
+
+
+def clauses(pipeline: Pipeline) -> list[str]:
+    """USING and the WHEN clauses as SQL, for `ingest plan`; `merge_tombstones` builds the same."""
+    later, is_delete = upsert_condition(pipeline), f"s.{OP} = '{DELETE}'"
+    using = ("USING (the batch, each key's last version or tombstone by order_by, Kafka timestamp, "
+             "position; a tombstone takes the order_by of the version before it")
+    if pipeline.target.deletes == "hard":
+        return [using + "; minus versions older than the delete log's entry for their key) AS s",
+                f"WHEN MATCHED AND {is_delete} AND {later} THEN DELETE",
+                f"WHEN MATCHED AND {later} THEN UPDATE SET *",
+                f"WHEN NOT MATCHED AND s.{OP} <> '{DELETE}' THEN INSERT *"]
+    return [using + ") AS s", f"WHEN MATCHED AND {later} THEN UPDATE SET *", "WHEN NOT MATCHED THEN INSERT *"]
+
+
+def _position(alias: str) -> Column:
+    return F.struct(*[F.col(f"{alias}.{c}").alias(c) for c in _TIES])
+
+
+def _after_target_versions(rows: DataFrame, existing: DataFrame, pipeline: Pipeline,
+                           bounds: dict[str, str]) -> DataFrame:
+    """A tombstone takes the target row's values and `order_by` when that row precedes it
+    in Kafka order and is later in the upsert's order than what the batch gave it."""
+    order_by = f"`{pipeline.target.order_by}`"
+    if "uid_min" in bounds:  # a literal bound lets Delta skip the target's files
+        existing = existing.where(F.col(UID).between(bounds["uid_min"], bounds["uid_max"]))
+    payload = [c for c in rows.columns if c not in (UID, OP, DELETED, *_TIES, "_ingested_at")]
+    found = existing.select(UID, *_TIES, *[c for c in payload if c in existing.columns])
+    s_order, t_order = F.col(f"s.{order_by}"), F.col(f"t.{order_by}")
+    takes = (F.col(f"s.{OP}") == DELETE) & F.col(f"t.{UID}").isNotNull() & (_position("t") < _position("s")) \
+        & ((t_order > s_order) | (s_order.isNull() & t_order.isNotNull()))
+    joined = rows.alias("s").join(found.alias("t"), F.col(f"s.{UID}") == F.col(f"t.{UID}"), "left")
+    return joined.select(*[
+        F.when(takes, F.col(f"t.`{c}`")).otherwise(F.col(f"s.`{c}`")).alias(c)
+        if c in payload and c in found.columns else F.col(f"s.`{c}`").alias(c)
+        for c in rows.columns])
+
+
+def _after_logged_deletes(session, rows: DataFrame, pipeline: Pipeline,
+                          bounds: dict[str, str]) -> DataFrame:
+    """Log the batch's tombstones (their `order_by` as `_sequence`), then drop each version
+    that a logged tombstone of its key supersedes."""
+    order_by = pipeline.target.order_by
+    log = delete_log(pipeline.target)
+    deletes = (rows.where((F.col(OP) == DELETE) & F.col(f"`{order_by}`").isNotNull())
+               .withColumn(SEQUENCE, F.col(f"`{order_by}`")).select(*DELETE_LOG_COLUMNS))
+    log_later = (f"struct(s.{SEQUENCE}, {', '.join('s.' + c for c in _TIES)}) > "
+                 f"struct(t.{SEQUENCE}, {', '.join('t.' + c for c in _TIES)})")
+    (delta_table(session, log).alias("t").merge(deletes.alias("s"), _uid_condition(bounds))
+     .whenMatchedUpdateAll(condition=log_later).whenNotMatchedInsertAll().execute())
+    logged = delta_table(session, log).toDF()
+    if "uid_min" in bounds:
+        logged = logged.where(F.col(UID).between(bounds["uid_min"], bounds["uid_max"]))
+    logged = logged.select(UID, SEQUENCE, *_TIES)
+    joined = rows.alias("s").join(logged.alias("l"), F.col(f"s.{UID}") == F.col(f"l.{UID}"), "left")
+    newer = (F.struct(F.col(f"s.`{order_by}`").alias("o"), *[F.col(f"s.{c}").alias(c) for c in _TIES])
+             > F.struct(F.col(f"l.{SEQUENCE}").alias("o"), *[F.col(f"l.{c}").alias(c) for c in _TIES]))
+    keep = (F.col(f"s.{OP}") == DELETE) | F.col(f"l.{UID}").isNull() | newer
+    return joined.where(keep).select(*[F.col(f"s.`{c}`").alias(c) for c in rows.columns])
+
+
+def _uid_condition(bounds: dict[str, str]) -> str:
+    """The log has no payload columns: only the uid bounds apply to it."""
+    parts = ["t._uid = s._uid"]
+    if "uid_min" in bounds:
+        parts.append(f"t._uid BETWEEN {sql_string(bounds['uid_min'])} AND {sql_string(bounds['uid_max'])}")
+    return " AND ".join(parts)
