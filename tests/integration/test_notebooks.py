@@ -9,6 +9,7 @@ import pytest
 from nbclient import NotebookClient
 
 from ingest.notebook import demo_tables
+from tests.integration.conftest import PROJECT
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("*.ipynb"))
 PUBLIC_MODULES = {"ingest.notebook", "ingest.kafka.produce"}
@@ -18,9 +19,9 @@ def code_cells(path):
     return [cell for cell in nbformat.read(path, as_version=4).cells if cell.cell_type == "code"]
 
 
-def test_there_are_four_notebooks():
+def test_there_are_five_notebooks():
     assert [p.stem for p in NOTEBOOKS] == ["01_explore", "02_trace_a_row", "03_dead_letters",
-                                          "04_batches_chart"]
+                                          "04_batches_chart", "05_history"]
 
 
 def test_demo_tables_from_data_root_or_the_nearest_demo_folder(tmp_path, monkeypatch):
@@ -73,13 +74,46 @@ def test_committed_executed_and_public_imports_only(path):
                 assert node.module in PUBLIC_MODULES, f"{path.name} imports {node.module}"
 
 
+def run_customers_cdc(spark, kafka, root, topic: str = "shop.public.customers") -> None:
+    """The example cdc pipeline (pipelines/customers_cdc.yaml, SCD2 history) into `root`,
+    three batches of Debezium changes, some late: what 05_history reads."""
+    from ingest.kafka.local_broker import create_topic
+    from ingest.spec.loader import load_pipeline
+    from tests.integration.conftest import DebeziumChanges, run_once
+
+    create_topic(kafka.client_config(), topic, partitions=1)
+    pipeline = load_pipeline(PROJECT / "pipelines" / "customers_cdc.yaml",
+                             environ={"KAFKA_BOOTSTRAP": kafka.bootstrap, "DATA_ROOT": str(root)})
+    changes = DebeziumChanges(kafka, topic)
+    batches = [
+        [("r", 1, 100, "ann", "basic"), ("r", 2, 101, "bob", "basic"), ("r", 3, 102, "cy", "gold")],
+        [("u", 1, 200, "ann", "silver"), ("u", 2, 210, "bob", "gold"), ("c", 4, 220, "dee", "basic"),
+         ("d", 3, 230, None, None)],
+        [("u", 1, 300, "ann", "gold"), ("u", 1, 150, "ann", "trial"),  # a late change, slotted in
+         ("u", 4, 320, "dee", "silver"), ("u", 2, 330, "bob", "platinum")],
+    ]
+    for batch in batches:
+        for op, key, lsn, name, tier in batch:
+            changes.send(op, key, lsn, None if op == "d" else {"name": name, "email": f"{name}@shop.example",
+                                                                  "tier": tier})
+        changes.flush()
+        run_once(spark, pipeline, timeout=900)
+
+
 @pytest.fixture(scope="module")
-def kernel(demo_run):
-    """One kernel (so one Spark JVM) for the four notebooks; each starts with %reset -f,
+def demo_with_cdc(demo_run, spark, kafka):
+    run_customers_cdc(spark, kafka, demo_run.root)
+    return demo_run
+
+
+@pytest.fixture(scope="module")
+def kernel(demo_with_cdc):
+    """One kernel (so one Spark JVM) for the five notebooks; each starts with %reset -f,
     so none can lean on another's names. Kernel "python3" with argv[0] "python" runs
     this interpreter (jupyter_client)."""
     from jupyter_client.manager import KernelManager
 
+    demo_run = demo_with_cdc
     assert demo_run.exit_code == 0, demo_run.output[-3000:]
     manager = KernelManager(kernel_name="python3")
     manager.start_kernel(cwd=str(NOTEBOOKS[0].parent), env={**os.environ, "DATA_ROOT": str(demo_run.root)})
@@ -102,3 +136,5 @@ def test_runs_top_to_bottom_on_the_demo_tables(path, demo_run, kernel):
         assert charts >= 2, "no chart of the batches and the lag over time"
     if path.stem == "03_dead_letters":
         assert charts == 1, "no chart of the dead letters by stage"
+    if path.stem == "05_history":  # the late change made a version between two others
+        assert "trial" in text and "Delta version" in text, text[-3000:]
