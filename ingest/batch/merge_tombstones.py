@@ -145,11 +145,12 @@ def _after_target_versions(rows: DataFrame, existing: DataFrame, pipeline: Pipel
 
 def _after_logged_deletes(session, rows: DataFrame, pipeline: Pipeline,
                           bounds: dict[str, str]) -> DataFrame:
-    """Log the batch's tombstones (their `order_by` as `_sequence`), then drop each version
-    that a logged tombstone of its key supersedes."""
+    """Log the batch's tombstones (their `order_by` as `_sequence`, null for a key nothing
+    preceded: any version is later), then drop each version that a logged tombstone of its
+    key supersedes. Struct comparison orders a null field first."""
     order_by = pipeline.target.order_by
     log = delete_log(pipeline.target)
-    deletes = (rows.where((F.col(OP) == DELETE) & F.col(f"`{order_by}`").isNotNull())
+    deletes = (rows.where(F.col(OP) == DELETE)
                .withColumn(SEQUENCE, F.col(f"`{order_by}`")).select(*DELETE_LOG_COLUMNS))
     log_later = (f"struct(s.{SEQUENCE}, {', '.join('s.' + c for c in _TIES)}) > "
                  f"struct(t.{SEQUENCE}, {', '.join('t.' + c for c in _TIES)})")

@@ -50,6 +50,7 @@ def test_tombstones_delete_in_upsert_order_within_and_across_batches(spark, kafk
     keyed.send("a", 1, "a-late")  # older than the version the tombstone deleted: stays deleted
     keyed.send("b"), keyed.send("b", 4, "b-late")  # deletes the target's row; the older one stays out
     keyed.send("d"), keyed.send("d", 4)  # deleted, then a newer version brings it back
+    keyed.send("z")  # a key never seen: nothing to delete, but accounted
     keyed.flush()
     run_once(spark, latest, timeout=900)
 
@@ -57,12 +58,12 @@ def test_tombstones_delete_in_upsert_order_within_and_across_batches(spark, kafk
     if deletes == "soft":
         assert sorted((r._uid, r.name, r.v, r._deleted, r._op) for r in found.collect()) == [
             ("a", "a2", 2, True, "d"), ("b", "b5", 5, True, "d"), ("c", "c1", 1, False, "u"),
-            ("d", "d4", 4, False, "u")]
+            ("d", "d4", 4, False, "u"), ("z", None, None, True, "d")]
     else:
         assert sorted((r._uid, r.name, r.v) for r in found.collect()) == [("c", "c1", 1), ("d", "d4", 4)]
         log = table(spark, latest.target.path + "_deletes")
-        assert sorted((r._uid, r._sequence) for r in log.collect()) == [("a", 2), ("b", 5)]
+        assert sorted((r._uid, r._sequence) for r in log.collect()) == [("a", 2), ("b", 5), ("z", None)]
 
     report = verify(spark, latest)
     assert report.ok, report
-    assert (report.unique_uids, report.missing, report.unaccounted, report.dead_letters) == (4, 0, 0, 0)
+    assert (report.unique_uids, report.missing, report.unaccounted, report.dead_letters) == (5, 0, 0, 0)
