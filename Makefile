@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup jars test test-unit lint demo bench clean
+.PHONY: setup jars test test-unit lint demo notebooks bench clean
 
 setup: $(STAMP) jars
 
@@ -32,6 +32,10 @@ lint: $(STAMP)
 
 demo: setup
 	$(BIN)/python -m ingest demo
+
+# The notebooks re-run in place on a fresh demo's tables, to be committed with their outputs.
+notebooks: demo
+	$(BIN)/python notebooks/execute.py
 
 bench: setup
 	$(BIN)/pip install -q -c requirements.lock -e '.[bench]'
