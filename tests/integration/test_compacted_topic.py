@@ -10,7 +10,7 @@ import time
 import uuid
 from dataclasses import replace
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from delta.tables import DeltaTable
 
 from ingest.audit.verify import verify
@@ -31,18 +31,22 @@ def produce(kafka, topic, records) -> None:
 
 
 def surviving_offsets(kafka, topic) -> list[int]:
+    """The offsets partition 0 holds now, read up to its end (assigned, no group to join)."""
     consumer = Consumer({**kafka.client_config(), "group.id": f"g-{uuid.uuid4().hex}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    consumer.subscribe([topic])
-    offsets, idle = [], 0
-    while idle < 3:
-        message = consumer.poll(1.0)
-        if message is None:
-            idle += 1
-        elif not message.error():
-            offsets.append(message.offset())
-    consumer.close()
-    return offsets
+                         "enable.auto.commit": False})
+    try:
+        _, end = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
+        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        offsets: list[int] = []
+        deadline = time.monotonic() + 60
+        while (not offsets or offsets[-1] < end - 1) and time.monotonic() < deadline:
+            message = consumer.poll(1.0)
+            if message is not None and not message.error():
+                offsets.append(message.offset())
+        assert offsets and offsets[-1] == end - 1, (offsets, end)
+        return offsets
+    finally:
+        consumer.close()
 
 
 def test_verify_on_a_compacted_topic(spark, kafka, pipeline):
@@ -50,8 +54,9 @@ def test_verify_on_a_compacted_topic(spark, kafka, pipeline):
     create_topic(kafka.client_config(), topic, partitions=1, settings=COMPACTED)
     pipeline = replace(pipeline, source=replace(pipeline.source, kafka=replace(
         pipeline.source.kafka, topics=(topic,))))
-    # offset 3 is a producer retry of u-1 (same key, same uid): the cleaner keeps it, not offset 1
-    produce(kafka, topic, [("k0", "u-0", 1), ("k1", "u-1", 1), ("k0", "u-2", 2), ("k1", "u-1", 1),
+    # offset 3 is a producer retry of u-1 (same key, same uid): the cleaner keeps it, not offset 1,
+    # which lies above the partition's first offset (k9's, kept): only compaction explains the gap
+    produce(kafka, topic, [("k9", "u-9", 1), ("k1", "u-1", 1), ("k0", "u-2", 2), ("k1", "u-1", 1),
                            ("k0", "u-4", 3)])
     run_once(spark, pipeline, timeout=1200)  # every version ingested before the cleaner ran
     time.sleep(1)
@@ -60,13 +65,13 @@ def test_verify_on_a_compacted_topic(spark, kafka, pipeline):
     while (survivors := surviving_offsets(kafka, topic)) == list(range(6)):
         assert time.monotonic() < deadline, "the log cleaner did not compact the topic"
         time.sleep(3)
-    assert survivors == [3, 4, 5], survivors  # k1's retry of u-1, k0's u-4, k2's u-5
+    assert survivors == [0, 3, 4, 5], survivors  # k9's u-9, k1's retry of u-1, k0's u-4, k2's u-5
     run_once(spark, pipeline, timeout=1200)
 
     report = verify(spark, pipeline)
     assert report.ok, report
     # u-1's row sits at offset 1, which the cleaner removed: no finding
-    assert (report.topic_records, report.unaccounted, report.target_rows, report.findings) == (3, 0, 5, ())
+    assert (report.topic_records, report.unaccounted, report.target_rows, report.findings) == (4, 0, 5, ())
 
     DeltaTable.forPath(spark, pipeline.target.path).delete("_uid = 'u-4'")  # a real loss
     lost = verify(spark, pipeline)
