@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator, Mapping
 
+from ingest.batch import offset_log
 from ingest.errors import IngestError
 
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
@@ -109,16 +110,12 @@ def parse_metadata(text: str | None) -> dict | None:
 def checkpoint_query_id(session, checkpoint: str) -> str | None:
     """The query id Spark wrote in the checkpoint's `metadata` file, if there is one.
 
-    Read through Spark so it works on any file system the checkpoint is on."""
-    from pyspark.errors import AnalysisException
-
-    try:
-        lines = session.read.text(f"{checkpoint.rstrip('/')}/metadata").collect()
-    except AnalysisException:  # no such file: a new checkpoint
-        return None
-    for line in lines:
+    A local checkpoint is read as a file, others through Spark, so any file system
+    the checkpoint is on works."""
+    text = offset_log.read_text(session, f"{checkpoint.rstrip('/')}/metadata")
+    for line in (text or "").splitlines():
         try:
-            return json.loads(line.value)["id"]
+            return json.loads(line)["id"]
         except (ValueError, KeyError, TypeError):
             continue
     return None

@@ -12,7 +12,7 @@ from pyspark.sql import DataFrame
 
 from ingest.batch import merge_changes, merge_history, merge_tombstones
 from ingest.batch.merge import MergeResult, create_table, merge_batch, table_exists, target_rows
-from ingest.batch.uid import one_per_uid
+from ingest.batch.uid import KEEP, one_per_uid
 from ingest.spec.model import Pipeline
 
 
@@ -21,13 +21,17 @@ def applies_changes(pipeline: Pipeline) -> bool:
 
 
 def batch_rows(records: DataFrame, pipeline: Pipeline) -> DataFrame:
-    """The batch's good records as the rows the MERGE takes."""
+    """The batch's good records as the rows the MERGE takes. Records already marked
+    with KEEP (`uid.mark_one_per_uid`) are not ranked again."""
+    marked = KEEP in records.columns
     if pipeline.target.history:
-        return merge_history.version_rows(records, pipeline)
+        return merge_history.version_rows(records.drop(KEEP), pipeline)
     if applies_changes(pipeline):
-        return merge_changes.change_rows(records, pipeline)
+        return merge_changes.change_rows(records.drop(KEEP), pipeline)
     if pipeline.deletes_by_tombstone:
-        return merge_tombstones.change_rows(records, pipeline)
+        return merge_tombstones.change_rows(records.drop(KEEP), pipeline)
+    if marked:
+        return target_rows(records.where(records[KEEP]).drop(KEEP))
     return target_rows(one_per_uid(records, pipeline.target.mode, pipeline.target.order_by))
 
 

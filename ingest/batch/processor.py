@@ -1,15 +1,25 @@
 """The micro-batch function: what foreachBatch calls for each batch.
 
 `BatchProcessor.__call__` follows pipeline-spec.md's "What one micro-batch
-does": read, decode and transform (failures to the dead letters), one row per
-uid, MERGE under the idempotent txn id with the offsets in the commit; Spark
-then commits the batch in the checkpoint.
+does", top to bottom:
+
+1-3. read, decode, transform and uid the Kafka rows (lazily), mark the one row
+     per uid that reaches the MERGE, and cache that slim MERGE source (no raw
+     key, value or headers). One aggregation over it reads Kafka once, fills
+     the cache and gives the counts per stage, offsets per partition, unique
+     uids and the MERGE bounds.
+4.   the failed records, only when there are some, to the dead letters (read
+     again from Kafka: nothing is kept for them in a batch without failures);
+     then one MERGE from the cached source under the idempotent txn id with
+     the offsets and counts in the commit, even when no row is left to merge.
+5.   Spark commits the batch in the checkpoint.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Callable
@@ -32,7 +42,7 @@ from ingest.batch.cdc import decode_envelope
 from ingest.batch.conflicts import retry_conflicts
 from ingest.batch.decode import RAW, REASON, STAGE, decode
 from ingest.batch.merge import MergeResult, table_exists, target_schema
-from ingest.batch.uid import UID, with_uid
+from ingest.batch.uid import KEEP, UID, mark_one_per_uid, with_uid
 from ingest.kafka import admin as kafka_admin
 from ingest.spec.model import Pipeline
 
@@ -40,6 +50,8 @@ log = logging.getLogger("ingest.run")
 
 STAGES = ("decode", "transform", "uid", "filtered")
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+# What the MERGE, the ledger and the summary need of the raw record: its coordinates, not its bytes.
+_COORDINATES = ("topic", "partition", "offset", "timestamp")
 
 
 @dataclass(frozen=True)
@@ -118,8 +130,8 @@ class BatchProcessor:
     def _process(self, batch_df: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
         session = batch_df.sparkSession
-        staged, summary = self._stage(batch_df)  # 1-2: read, decode, transform, uid
-        try:
+        with ExitStack() as cached:  # whatever a step persists is released when the batch ends
+            staged, source, summary = self._stage(batch_df, cached)  # 1-3, one pass over Kafka
             self._batch_offsets = summary.end_offsets
             start, end = self._planned(session, batch_id, summary)
             txn = ledger.batch_txn(self.pipeline.name, self._app_query_id(session), batch_id,
@@ -128,41 +140,47 @@ class BatchProcessor:
             self._check_replay(session, batch_id, txn, start, end)
             if start is not None and self.pipeline.records_data_loss:
                 self._record_skipped(session, batch_id, start, end, summary)
-            rows = merge_mode.batch_rows(staged.where(F.col(STAGE).isNull()), self.pipeline)
+            rows = merge_mode.batch_rows(source.where(F.col(STAGE).isNull()), self.pipeline)
             self._check_schema(session, rows.schema)  # before anything of the batch is written
             self._write_dead_letters(staged, summary, batch_id, txn)
-            merged = self._merge(session, rows, summary, batch_id, txn)  # 3-4
+            merged = self._merge(session, rows, summary, batch_id, txn)  # 4
             self.on_report(BatchReport(self.pipeline.name, batch_id, summary, merged,
                                        time.monotonic() - started))
-        finally:
-            staged.unpersist()
 
-    def _stage(self, batch_df: DataFrame) -> tuple[DataFrame, BatchSummary]:
+    def _stage(self, batch_df: DataFrame, cached: ExitStack) -> tuple[DataFrame, DataFrame, BatchSummary]:
+        """The staged records (lazy, raw evidence and all: read again only for dead
+        letters), the cached MERGE source, and the summary whose aggregation filled it."""
         decoded = self._decode(batch_df)
-        staged = self._route(decoded, failed=())
+        staged = self._transform_and_uid(decoded, failed=())
+        source = _persisted(self._merge_source(staged), cached)
         try:
-            return staged, summarize(staged, self.pipeline)
+            return staged, source, summarize(source, self.pipeline)
         except Exception as error:  # only a record's data error is handled here
-            staged.unpersist()
             if self.pipeline.transform is None or not transform.is_record_error(error):
                 raise
-        decoded = decoded.persist()  # searched many times: read Kafka once
-        try:
-            failed = transform.find_failing(decoded, self.pipeline.transform)
-            log.warning("%s: %d record(s) failed the transform; sent to the dead letters",
-                        self.pipeline.name, len(failed))
-            staged = self._route(decoded, failed)
-            return staged, summarize(staged, self.pipeline)
-        finally:
-            decoded.unpersist()
+        # ANSI SQL failed the whole pass on some record: search for it in the decoded
+        # records, kept now since the search reads them many times.
+        source.unpersist()
+        decoded = _persisted(decoded, cached)
+        failed = transform.find_failing(decoded, self.pipeline.transform)
+        log.warning("%s: %d record(s) failed the transform; sent to the dead letters",
+                    self.pipeline.name, len(failed))
+        staged = self._transform_and_uid(decoded, failed)
+        source = _persisted(self._merge_source(staged), cached)
+        return staged, source, summarize(source, self.pipeline)
 
     def _decode(self, batch_df: DataFrame) -> DataFrame:
         if self.pipeline.cdc is not None:  # change envelopes: the row, its op and sequence
             return decode_envelope(batch_df, self.pipeline.cdc, self.schema)
         return decode_records(batch_df, self.pipeline, self.schema)
 
-    def _route(self, decoded: DataFrame, failed) -> DataFrame:
-        return staged_records(decoded, self.pipeline, failed).persist()
+    def _transform_and_uid(self, decoded: DataFrame, failed) -> DataFrame:
+        return staged_records(decoded, self.pipeline, failed)
+
+    def _merge_source(self, staged: DataFrame) -> DataFrame:
+        """Every record with its uid, stage, payload and coordinates (not its raw bytes),
+        KEEP marking the rows the MERGE takes."""
+        return mark_kept(slim(staged), self.pipeline)
 
     def _check_schema(self, session, columns: StructType) -> None:
         if columns == self._accepted_columns or not table_exists(session, self.pipeline.target):
@@ -267,35 +285,65 @@ class BatchProcessor:
         return self._query_id
 
 
+def _persisted(frame: DataFrame, cached: ExitStack) -> DataFrame:
+    cached.callback(frame.unpersist)
+    return frame.persist()
+
+
+def slim(staged: DataFrame) -> DataFrame:
+    """The staged records without the raw key, value and headers, which only a dead
+    letter needs (and reads again from the batch)."""
+    payload = [F.col(f"`{c}`") for c in staged.columns if c not in (RAW, UID, STAGE, REASON)]
+    return staged.select(UID, STAGE, *payload,
+                         F.struct(*[F.col(f"{RAW}.{c}").alias(c) for c in _COORDINATES]).alias(RAW))
+
+
+def mark_kept(records: DataFrame, pipeline: Pipeline) -> DataFrame:
+    """KEEP on the row per uid an insert_only or upsert MERGE takes. Changes (cdc,
+    history) rank their own rows; for them KEEP marks one row per uid, what the
+    count of unique uids needs."""
+    if (pipeline.target.mode == "upsert" and pipeline.target.order_by and not merge_mode.applies_changes(pipeline)
+            and not pipeline.deletes_by_tombstone):
+        return mark_one_per_uid(records, "upsert", pipeline.target.order_by)
+    return mark_one_per_uid(records, "insert_only", None)
+
+
 def _topics(offsets: dict, of: dict) -> dict:
     return {topic: parts for topic, parts in offsets.items() if topic in of}
 
 
-def summarize(staged: DataFrame, pipeline: Pipeline) -> BatchSummary:
-    """Counts per stage, offsets and MERGE bounds, in one pass per Kafka partition."""
-    good = F.col(STAGE).isNull()
+def summarize(source: DataFrame, pipeline: Pipeline) -> BatchSummary:
+    """Counts per stage, offsets, unique uids and MERGE bounds, in one aggregation per
+    Kafka partition over the MERGE source (KEEP marking the merged rows; a staged frame
+    without KEEP is marked here as the processor marks it)."""
+    if KEEP not in source.columns:
+        source = mark_kept(source, pipeline)
+    kept = F.col(KEEP)
     aggregates = [F.count(F.lit(1)).alias("read"),
                   F.min(f"{RAW}.offset").alias("first"), F.max(f"{RAW}.offset").alias("last"),
-                  F.min(F.when(good, F.col(UID))).alias("uid_min"),
-                  F.max(F.when(good, F.col(UID))).alias("uid_max")]
+                  F.sum(kept.cast("long")).alias("unique"),
+                  F.min(F.when(kept, F.col(UID))).alias("uid_min"),
+                  F.max(F.when(kept, F.col(UID))).alias("uid_max")]
     aggregates += [F.sum(F.when(F.col(STAGE) == s, 1).otherwise(0)).alias(s) for s in STAGES]
     horizon = pipeline.target.dedup_horizon
     if horizon:
         # Epoch microseconds, never local text: a wall clock in a daylight-saving
         # fall-back hour names two instants, and parsing it back picks the first.
+        # Every good record counts, not only the kept ones: the MERGE of changes
+        # takes other rows of a uid than KEEP marks.
+        good = F.col(STAGE).isNull()
         micros, within = F.unix_micros(F.col(f"`{horizon.column}`")), horizon.within_seconds * 1_000_000
         aggregates += [
             (F.min(F.when(good, micros)) - within).alias("lo"),
             (F.max(F.when(good, micros)) + within).alias("hi"),
             F.sum(F.when(good & micros.isNull(), 1).otherwise(0)).alias("null_horizon"),
         ]
-    per_partition = staged.groupBy(F.col(f"{RAW}.topic").alias("topic"),
+    per_partition = source.groupBy(F.col(f"{RAW}.topic").alias("topic"),
                                    F.col(f"{RAW}.partition").alias("partition")).agg(*aggregates).collect()
-    unique = staged.where(good).select(UID).distinct().count() if per_partition else 0
-    return _summary(per_partition, unique, horizon is not None)
+    return _summary(per_partition, horizon is not None)
 
 
-def _summary(rows, unique: int, with_horizon: bool) -> BatchSummary:
+def _summary(rows, with_horizon: bool) -> BatchSummary:
     start: dict = {}
     end: dict = {}
     by_stage = {s: 0 for s in STAGES}
@@ -304,8 +352,9 @@ def _summary(rows, unique: int, with_horizon: bool) -> BatchSummary:
         end.setdefault(row.topic, {})[row.partition] = row.last + 1
         for s in STAGES:
             by_stage[s] += row[s]
-    return BatchSummary(read=sum(r.read for r in rows), unique=unique, by_stage=by_stage,
-                        start_offsets=start, end_offsets=end, bounds=_bounds(rows, with_horizon))
+    return BatchSummary(read=sum(r.read for r in rows), unique=sum(r.unique for r in rows),
+                        by_stage=by_stage, start_offsets=start, end_offsets=end,
+                        bounds=_bounds(rows, with_horizon))
 
 
 def _bounds(rows, with_horizon: bool) -> dict[str, str]:

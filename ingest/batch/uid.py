@@ -22,6 +22,7 @@ from ingest.batch.decode import RAW, REASON, STAGE
 from ingest.spec.model import Uid
 
 UID = "_uid"
+KEEP = "__to_merge"  # true on the row of its uid that reaches the MERGE
 FIELD_SEPARATOR = "\u001f"
 
 
@@ -93,10 +94,13 @@ def with_uid(staged: DataFrame, uid: Uid, order_by: str | None = None,
     )
 
 
-def one_per_uid(records: DataFrame, mode: str, order_by: str | None) -> DataFrame:
-    """Deterministic: insert_only keeps the first Kafka position, upsert the latest
-    `order_by` (ties: the later Kafka timestamp, then the later position), the same
-    rule as `merge_condition.upsert_condition`."""
+def mark_one_per_uid(staged: DataFrame, mode: str, order_by: str | None) -> DataFrame:
+    """Adds KEEP, true on the one good row per uid that goes to the MERGE. Deterministic:
+    insert_only keeps the first Kafka position, upsert the latest `order_by` (ties: the
+    later Kafka timestamp, then the later position), the same rule as
+    `merge_condition.upsert_condition`. A column rather than a filter, so the pass that
+    counts the batch also counts the records that were not kept (a failed record has
+    no uid, so it never shares a window with a good one)."""
     position = [F.col(f"{RAW}.topic"), F.col(f"{RAW}.partition"), F.col(f"{RAW}.offset")]
     if mode == "upsert":
         ordering = [F.col(f"`{order_by}`").desc_nulls_last(), F.col(f"{RAW}.timestamp").desc(),
@@ -104,4 +108,9 @@ def one_per_uid(records: DataFrame, mode: str, order_by: str | None) -> DataFram
     else:
         ordering = [c.asc() for c in position]
     rank = F.row_number().over(Window.partitionBy(UID).orderBy(*ordering))
-    return records.withColumn("__rank", rank).where(F.col("__rank") == 1).drop("__rank")
+    return staged.withColumn(KEEP, F.col(STAGE).isNull() & (rank == 1))
+
+
+def one_per_uid(records: DataFrame, mode: str, order_by: str | None) -> DataFrame:
+    """The records reduced to one row per uid (the rule of `mark_one_per_uid`)."""
+    return mark_one_per_uid(records, mode, order_by).where(F.col(KEEP)).drop(KEEP)

@@ -1,0 +1,108 @@
+"""One pass per micro-batch: what the processor learns, keeps and commits, on Kafka-shaped rows."""
+
+import json
+import uuid
+
+from ingest.batch import ledger
+from ingest.batch.processor import BatchProcessor, payload_schema
+from ingest.spec.model import DeadLetter, KafkaSource, Pipeline, Source, Target, Uid
+
+KAFKA_SCHEMA = ("topic STRING, partition INT, offset LONG, timestamp TIMESTAMP, key BINARY, value BINARY, "
+                "headers ARRAY<STRUCT<key: STRING, value: BINARY>>")
+
+
+def kafka_rows(spark, records):
+    """records: (partition, offset, payload bytes, uid header)"""
+    rows = [("orders", p, o, None, None, bytearray(v), [("message-id", bytearray(u.encode()))])
+            for p, o, v, u in records]
+    return spark.createDataFrame(rows, KAFKA_SCHEMA)
+
+
+def order(n: int) -> bytes:
+    return json.dumps({"order_id": f"o{n}", "amount": float(n)}).encode()
+
+
+def make_processor(spark, kafka, tmp_path):
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    query_id = str(uuid.uuid4())
+    (checkpoint / "metadata").write_text(json.dumps({"id": query_id}))
+    pipeline = Pipeline(
+        name="orders",
+        source=Source(kafka=KafkaSource(bootstrap_servers=kafka.bootstrap, topics=("orders",)), format="json",
+                      schema="order_id STRING NOT NULL, amount DOUBLE"),
+        uid=Uid(header="message-id"), target=Target(path=str(tmp_path / "target")),
+        checkpoint=str(checkpoint), dead_letter=DeadLetter(path=str(tmp_path / "dead")))
+    reports = []
+    processor = BatchProcessor(pipeline, payload_schema(spark, pipeline), on_report=reports.append)
+    return processor, reports, ledger.app_id(pipeline.name, query_id)
+
+
+def no_cached_frames(spark) -> bool:
+    """No DataFrame persisted (Delta's own snapshot caches are RDDs, not counted here)."""
+    return spark._jsparkSession.sharedState().cacheManager().isEmpty()
+
+
+def test_one_pass_counts_offsets_and_uids(spark, kafka, tmp_path):
+    processor, reports, app = make_processor(spark, kafka, tmp_path)
+    batch = kafka_rows(spark, [
+        (0, 10, order(1), "u-1"), (0, 11, order(2), "u-2"), (0, 12, order(1), "u-1"),  # a re-send
+        (1, 5, b"{broken", "u-3"), (1, 6, order(4), "u-4"), (1, 7, order(2), "u-2"),  # re-send, other partition
+    ])
+    assert no_cached_frames(spark)
+    processor(batch, 0)
+
+    summary = reports[0].summary
+    assert (summary.read, summary.unique, summary.dead_letters) == (6, 3, 1)
+    assert summary.start_offsets == {"orders": {0: 10, 1: 5}}
+    assert summary.end_offsets == {"orders": {0: 13, 1: 8}}
+    assert (summary.bounds["uid_min"], summary.bounds["uid_max"]) == ("u-1", "u-4")
+    assert reports[0].merged.inserted == 3
+    rows = spark.read.format("delta").load(str(tmp_path / "target")).collect()
+    assert sorted((r._uid, r._partition, r._offset) for r in rows) == [
+        ("u-1", 0, 10), ("u-2", 0, 11), ("u-4", 1, 6)]  # the first Kafka position of each uid
+    dead = spark.read.format("delta").load(str(tmp_path / "dead")).collect()
+    assert [(r._partition, r._offset, bytes(r.value)) for r in dead] == [(1, 5, b"{broken")]
+    assert no_cached_frames(spark)  # the batch's cache is released
+    assert ledger.txn_version(spark, str(tmp_path / "target"), False, app, "orders") == 0
+
+
+def test_the_cached_merge_source_holds_no_raw_bytes(spark, kafka, tmp_path):
+    processor, reports, _ = make_processor(spark, kafka, tmp_path)
+    seen = []
+
+    def while_cached(report):
+        manager = spark._jsparkSession.sharedState().cacheManager()
+        entries = manager.cachedData()
+        seen.extend(entries.apply(i).cachedRepresentation().schema().treeString()
+                    for i in range(entries.size()))
+        reports.append(report)
+
+    processor.on_report = while_cached
+    processor(kafka_rows(spark, [(0, 0, order(1), "u-1")]), 0)
+
+    assert len(seen) == 1  # one cached frame while the batch runs: the MERGE source
+    assert "offset" in seen[0] and "amount" in seen[0]
+    assert "value" not in seen[0] and "headers" not in seen[0] and "key:" not in seen[0]
+
+
+def test_a_batch_without_failures_writes_no_dead_letters(spark, kafka, tmp_path):
+    processor, reports, _ = make_processor(spark, kafka, tmp_path)
+    processor(kafka_rows(spark, [(0, 0, order(1), "u-1"), (0, 1, order(2), "u-2")]), 0)
+
+    assert reports[0].summary.dead_letters == 0
+    assert not (tmp_path / "dead").exists()
+    assert spark.read.format("delta").load(str(tmp_path / "target")).count() == 2
+
+
+def test_empty_and_all_duplicate_batches_still_commit_their_txn(spark, kafka, tmp_path):
+    processor, reports, app = make_processor(spark, kafka, tmp_path)
+    target = str(tmp_path / "target")
+    processor(kafka_rows(spark, [(0, 0, order(1), "u-1")]), 0)
+    processor(kafka_rows(spark, [(0, 1, order(1), "u-1")]), 1)  # a re-send: nothing to insert
+    processor(kafka_rows(spark, []), 2)
+
+    assert [(r.summary.read, r.summary.unique, r.merged.inserted) for r in reports] == [
+        (1, 1, 1), (1, 1, 0), (0, 0, 0)]
+    assert ledger.txn_version(spark, target, False, app, "orders") == 2
+    assert spark.read.format("delta").load(target).count() == 1
