@@ -301,12 +301,14 @@ def _supervise(pipelines, once: bool, secrets, preflight: bool = True, fail_fast
     import signal
     import threading
 
+    from ingest.platform.session import SessionStart
     from ingest.run.supervisor import Supervisor
 
     progress = _ProgressPrinter(secrets)
     supervisor = Supervisor(pipelines, once, on_report=progress.batch, on_note=progress.note,
                             preflight=preflight, fail_fast=fail_fast)
-    supervisor.claim()  # before Spark starts: a second copy or a dead broker fails in a second
+    session = SessionStart("ingest-run")  # the JVM starts while the leases and the preflight run
+    supervisor.claim()  # needs no Spark: a second copy or a dead broker fails in a second
     stopped_by = []
 
     def stop(signum, _frame):
@@ -318,9 +320,7 @@ def _supervise(pipelines, once: bool, secrets, preflight: bool = True, fail_fast
     handled = (signal.SIGTERM, signal.SIGINT) if threading.current_thread() is threading.main_thread() else ()
     previous = {s: signal.signal(s, stop) for s in handled}
     try:
-        from ingest.platform.session import get_session
-
-        supervisor.start(get_session("ingest-run"))
+        supervisor.start(session.result())
         outcomes = supervisor.wait()
     finally:
         supervisor.release()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from pathlib import Path
 
 from ingest.errors import IngestError
@@ -132,3 +133,29 @@ def existing_session():
     if active is not None or not on_databricks():
         return active
     return SparkSession.builder.getOrCreate()
+
+
+class SessionStart:
+    """`get_session` on a daemon thread, so the JVM starts while the caller does work
+    that needs no Spark (`ingest run`: the leases and the broker preflight). If that
+    work fails, the caller exits without waiting: pyspark kills a launched JVM at exit."""
+
+    def __init__(self, app_name: str, conf: dict[str, str] | None = None):
+        self._session = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._start, args=(app_name, conf),
+                                        name="ingest-session-start", daemon=True)
+        self._thread.start()
+
+    def _start(self, app_name: str, conf: dict[str, str] | None) -> None:
+        try:
+            self._session = get_session(app_name, conf)
+        except BaseException as error:  # handed to whoever asks for the session
+            self._error = error
+
+    def result(self):
+        """The session, once started; its start's error, if it failed."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._session
