@@ -29,13 +29,19 @@ DELTA_CONF = {
 
 LOG_CONFIG = Path(__file__).parents[1] / "resources" / "log4j2.properties"
 
+# Local runs: one task per core is enough for a micro-batch (docs/performance.md).
+_LOCAL_TASKS = str(max(2, min(os.cpu_count() or 2, 8)))
+
 LOCAL_DEFAULTS = {
-    "spark.sql.shuffle.partitions": "4",
+    "spark.sql.shuffle.partitions": _LOCAL_TASKS,
     "spark.driver.memory": "2g",
     "spark.ui.showConsoleProgress": "false",
     # Delta rebuilds the table's file list (log replay) in 50 tasks by default, several
     # times per MERGE; on a local machine that is most of a small batch (bench/README.md)
-    "spark.databricks.delta.snapshotPartitions": "4",
+    "spark.databricks.delta.snapshotPartitions": _LOCAL_TASKS,
+    # Adaptive execution runs each shuffle's map side as a job of its own: a small batch
+    # took 10 jobs with it, 5 without, and half the time (docs/performance.md)
+    "spark.sql.adaptive.enabled": "false",
     # Spark's default log config prints INFO on stdout until setLogLevel runs; ours keeps
     # stdout for what `ingest` reports
     "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG_CONFIG}",
