@@ -30,16 +30,19 @@ import datagen  # noqa: E402
 from datagen import SCHEMA, UID_HEADER  # noqa: E402
 
 BATCH = 500
-VARIANTS = {
-    "defaults (AQE on, shuffle 4, snapshot 4)": {},
-    "AQE off": {"spark.sql.adaptive.enabled": "false"},
-    "shuffle 1": {"spark.sql.shuffle.partitions": "1"},
-    "shuffle 2": {"spark.sql.shuffle.partitions": "2"},
-    "snapshot 1": {"spark.databricks.delta.snapshotPartitions": "1"},
-    "AQE off, shuffle 2, snapshot 2": {"spark.sql.adaptive.enabled": "false",
-                                       "spark.sql.shuffle.partitions": "2",
-                                       "spark.databricks.delta.snapshotPartitions": "2"},
-    "stats on _uid only": {"spark.databricks.delta.properties.defaults.dataSkippingNumIndexedCols": "1"},
+_BEFORE = {"spark.sql.adaptive.enabled": "true", "spark.sql.shuffle.partitions": "4",
+           "spark.databricks.delta.snapshotPartitions": "4"}  # ingest's local defaults before the probe
+_CHOSEN = {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": "2",
+           "spark.databricks.delta.snapshotPartitions": "2"}  # LOCAL_DEFAULTS on 2 cores
+VARIANTS = {  # each complete in the keys it is compared on, whatever the session's defaults
+    "before (AQE on, shuffle 4, snapshot 4)": _BEFORE,
+    "AQE off": {**_BEFORE, "spark.sql.adaptive.enabled": "false"},
+    "shuffle 1": {**_BEFORE, "spark.sql.shuffle.partitions": "1"},
+    "shuffle 2": {**_BEFORE, "spark.sql.shuffle.partitions": "2"},
+    "snapshot 1": {**_BEFORE, "spark.databricks.delta.snapshotPartitions": "1"},
+    "AQE off, shuffle 2, snapshot 2": _CHOSEN,
+    "stats on _uid only": {**_CHOSEN, "spark.databricks.delta.properties.defaults.dataSkippingNumIndexedCols": "1"},
+    "chosen, and no broadcast join": {**_CHOSEN, "spark.sql.autoBroadcastJoinThreshold": "-1"},
 }
 KAFKA_SCHEMA = ("topic STRING, partition INT, offset LONG, timestamp TIMESTAMP, key BINARY, value BINARY, "
                 "headers ARRAY<STRUCT<key: STRING, value: BINARY>>")
