@@ -27,6 +27,9 @@ sys.path.insert(0, str(REPO))
 import datagen  # noqa: E402
 import driver_profile  # noqa: E402
 import first_commit  # noqa: E402
+import fixed_cost  # noqa: E402
+import history  # noqa: E402
+import latency  # noqa: E402
 import merge_scale  # noqa: E402
 import report  # noqa: E402
 from legs import LEG_FUNCTIONS, THROUGHPUT_LEGS, Topic, audit, fresh_dir  # noqa: E402
@@ -37,8 +40,9 @@ BENCH_SPARK_CONF = {
     "spark.driver.memory": "3g",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.ui.retainedExecutions": "2000",
+    "spark.ui.retainedJobs": "100000",  # jobs per batch are counted from the status store
 }
-PARTS = ("r4", "legs", "profile", "r2")
+PARTS = ("r4", "legs", "l1", "latency", "g1", "profile", "r2")
 
 
 @dataclass(frozen=True)
@@ -51,14 +55,15 @@ class Scale:
     r2_batch: int
     r2_steps: int  # the large table is appended in this many parts: the plot's table sizes
     r4_records: int
+    l1_records: int  # L1's topic: >= 20 batches of fixed_cost.BATCH_RECORDS
 
 
 QUICK = Scale("quick", records=100_000, max_offsets=50_000, r2_rows=2_000_000, r2_files=20,
-              r2_batch=50_000, r2_steps=2, r4_records=1_000)
+              r2_batch=50_000, r2_steps=2, r4_records=1_000, l1_records=10_500)
 FULL = Scale("full", records=2_000_000, max_offsets=200_000, r2_rows=10_000_000, r2_files=100,
-             r2_batch=200_000, r2_steps=4, r4_records=1_000)
+             r2_batch=200_000, r2_steps=4, r4_records=1_000, l1_records=10_500)
 SMOKE = Scale("smoke", records=20_000, max_offsets=10_000, r2_rows=200_000, r2_files=8,
-              r2_batch=5_000, r2_steps=2, r4_records=200)
+              r2_batch=5_000, r2_steps=2, r4_records=200, l1_records=2_000)
 
 
 @dataclass
@@ -117,7 +122,7 @@ def produce(kafka, work: Path, name: str, records: int) -> tuple[Topic, datagen.
 
 def warm_up(bench: Bench, topic: Topic) -> None:
     """JIT and class loading belong to no leg: one untimed pass of each Spark leg."""
-    for leg in ("spark_noop", "plain_append", "ingest"):
+    for leg in ("spark_noop", "plain_append", "spark_dedup", "ingest"):
         LEG_FUNCTIONS[leg](bench, topic, fresh_dir(bench.work / "warm-up" / leg))
 
 
@@ -162,6 +167,20 @@ def spark_session():
     return get_session("ingest-bench", conf=BENCH_SPARK_CONF, master="local[2]")
 
 
+def _part(measure):
+    """A newer part's failure is recorded, not fatal: the parts before and after still report."""
+    try:
+        return measure()
+    except Exception as error:  # noqa: BLE001 (reported in results.json and the README)
+        log(f"  failed: {type(error).__name__}: {error}")
+        return {"error": f"{type(error).__name__}: {str(error)[:500]}"}
+
+
+def _keep_partial(work: Path, results: dict) -> None:
+    """What is measured so far, for `--report-only` after an interrupted run."""
+    (work / "partial.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+
+
 def run(args) -> dict:
     from ingest.kafka.local_broker import LocalKafka
 
@@ -171,16 +190,19 @@ def run(args) -> dict:
     started = time.perf_counter()
     results = {"scale": asdict(scale), "reps": args.reps, "machine": machine(),
                "started_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-    with LocalKafka(work_dir=fresh_dir(work / "kafka")) as kafka:
+    # a shared machine under load can take minutes to start a JVM
+    with LocalKafka(work_dir=fresh_dir(work / "kafka"), start_timeout_s=300) as kafka:
         log(f"producing {scale.records:,} records ({scale.name} run)")
         topic, produced = produce(kafka, work, "bench-events", scale.records)
         small, _ = produce(kafka, work, "bench-small", scale.r4_records)
+        l1_topic = produce(kafka, work, "bench-l1", scale.l1_records)[0] if "l1" in parts else None
         results["data"] = {"topic": topic.name, "records": topic.records, "unique": topic.unique,
                            "aborted": produced.aborted, "value_bytes": produced.value_bytes,
                            "partitions": PARTITIONS, "produce_seconds": round(produced.seconds, 1)}
         if "r4" in parts:
             log("R4: time to first commit, fresh processes")
             results["r4"] = first_commit.run_all(kafka, small.name, scale.r4_records, work, args.reps, log)
+            _keep_partial(work, results)
         spark = spark_session()
         bench = Bench(spark, kafka, work, SqlMetrics(spark), scale.max_offsets)
         log("warm-up")
@@ -188,9 +210,23 @@ def run(args) -> dict:
         if "legs" in parts:
             log("throughput legs")
             results["legs"] = run_legs(bench, topic, args.reps)
+            _keep_partial(work, results)
+        if "l1" in parts:
+            log(f"L1: fixed cost per batch, {fixed_cost.BATCH_RECORDS}-record batches")
+            results["l1"] = _part(lambda: fixed_cost.run_all(bench, l1_topic, args.reps, log))
+            _keep_partial(work, results)
+        if "latency" in parts:
+            log(f"latency: {latency.RATE} records/s, trigger {latency.TRIGGER}")
+            results["latency"] = _part(lambda: latency.run_all(bench, args.reps, log))
+            _keep_partial(work, results)
+        if "g1" in parts:
+            log("G1: one batch after 1,000 commits / after 10")
+            results["g1"] = _part(lambda: history.run_all(bench, args.reps, log))
+            _keep_partial(work, results)
         if "profile" in parts:
             log("profiling one ingest run")
             results["profile"] = driver_profile.profile_ingest(bench, topic)
+            _keep_partial(work, results)
         if "r2" in parts:
             results["r2"] = merge_scale.run_all(bench, scale, args.reps, log)
         spark.stop()
@@ -214,6 +250,8 @@ def main(argv=None) -> int:
             (BENCH / "results.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
         if results.get("r2"):
             report.plot(results, BENCH / "merge_time.png")
+        if (results.get("latency") or {}).get("runs"):
+            latency.plot(results, BENCH / "latency.png")
         report.update_readme(BENCH / "README.md", text)
     if not (args.keep_work or args.report_only):
         shutil.rmtree(BENCH / "work", ignore_errors=True)

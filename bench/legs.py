@@ -3,6 +3,8 @@
 raw_consume     confluent-kafka's batched `consume`: the source-side limit
 spark_noop      Spark's Kafka source into the no-op sink
 plain_append    decode and append to Delta: the at-least-once baseline users would write
+spark_dedup     the same with Spark's own streaming dedup (dropDuplicatesWithinWatermark on the
+                uid, watermark on the event time `ts`): the exactly-once a Spark user builds by hand
 ingest          `ingest`'s query (start_query, as `ingest run --once` runs it), bounded MERGE
 ingest_naive    the same with INGEST_MERGE_BOUNDS=off: MERGE on `t._uid = s._uid` alone
 
@@ -23,7 +25,8 @@ from pathlib import Path
 from confluent_kafka import Consumer, TopicPartition
 from datagen import SCHEMA, UID_HEADER
 
-THROUGHPUT_LEGS = ("raw_consume", "spark_noop", "plain_append", "ingest", "ingest_naive")
+THROUGHPUT_LEGS = ("raw_consume", "spark_noop", "plain_append", "spark_dedup", "ingest", "ingest_naive")
+PEER_WATERMARK = "10 minutes"  # the event-time delay the Spark peer's dedup keeps state for
 
 
 @dataclass
@@ -107,6 +110,29 @@ def _await(query) -> int:
     return sum(p["numInputRows"] for p in query.recentProgress)
 
 
+class JobCount:
+    """Spark jobs started since `mark()`, from the status store (spark.ui.retainedJobs
+    is raised in the bench's session so none is forgotten)."""
+
+    def __init__(self, spark):
+        self.store = spark.sparkContext._jsc.sc().statusStore()
+        self.start = self.now()
+
+    def now(self) -> int:
+        return self.store.jobsList(None).size()
+
+    def since(self) -> int:
+        return self.now() - self.start
+
+
+def batch_figures(query, jobs: int) -> dict:
+    """Per batch with records: the trigger's whole time (ms), and jobs per batch."""
+    batches = [p for p in query.recentProgress if p["numInputRows"]]
+    millis = [p["durationMs"].get("triggerExecution", 0) for p in batches]
+    return {"batches": len(batches), "batch_ms": millis,
+            "jobs": jobs, "jobs_per_batch": round(jobs / len(batches), 2) if batches else None}
+
+
 def spark_noop(bench, topic: Topic, root: Path) -> Outcome:
     query = (_stream(bench, topic, root).writeStream.format("noop")
              .option("checkpointLocation", str(root / "checkpoint"))
@@ -114,8 +140,7 @@ def spark_noop(bench, topic: Topic, root: Path) -> Outcome:
     return Outcome(_await(query))
 
 
-def plain_append(bench, topic: Topic, root: Path) -> Outcome:
-    """What a user writes without exactly-once: decode, add the uid and coordinates, append."""
+def _decoded(bench, topic: Topic, root: Path):
     from pyspark.sql import functions as F
 
     raw = _stream(bench, topic, root)
@@ -126,10 +151,35 @@ def plain_append(bench, topic: Topic, root: Path) -> Outcome:
                          F.col("partition").alias("_partition"), F.col("offset").alias("_offset"),
                          F.col("timestamp").alias("_kafka_timestamp"),
                          F.current_timestamp().alias("_ingested_at"))
+    return rows
+
+
+def _append_query(bench, rows, root: Path, processing_time: str | None = None):
+    """The query appending `rows` to a Delta table under `root`, and the table's path."""
     target = str(root / "target")
-    query = (rows.writeStream.format("delta").option("checkpointLocation", str(root / "checkpoint"))
-             .trigger(availableNow=True).start(target))
-    return Outcome(_await(query), target=target)
+    writer = rows.writeStream.format("delta").option("checkpointLocation", str(root / "checkpoint"))
+    writer = writer.trigger(processingTime=processing_time) if processing_time else writer.trigger(availableNow=True)
+    return writer.start(target), target
+
+
+def _append(bench, rows, root: Path) -> Outcome:
+    jobs = JobCount(bench.spark)
+    query, target = _append_query(bench, rows, root)
+    records = _await(query)
+    return Outcome(records, batch_figures(query, jobs.since()), target=target)
+
+
+def plain_append(bench, topic: Topic, root: Path) -> Outcome:
+    """What a user writes without exactly-once: decode, add the uid and coordinates, append."""
+    return _append(bench, _decoded(bench, topic, root), root)
+
+
+def spark_dedup(bench, topic: Topic, root: Path) -> Outcome:
+    """The Spark peer: streaming dedup on the uid within an event-time watermark, then append.
+    A copy that comes after the watermark passed is dropped or let through, not checked."""
+    rows = (_decoded(bench, topic, root).withWatermark("ts", PEER_WATERMARK)
+            .dropDuplicatesWithinWatermark(["_uid"]))
+    return _append(bench, rows, root)
 
 
 @contextmanager
@@ -145,24 +195,29 @@ def merge_bounds(on: bool):
             os.environ["INGEST_MERGE_BOUNDS"] = saved
 
 
-def run_ingest(spark, pipeline, bounded: bool = True) -> list:
-    """`ingest run --once` in this process: the query, until it has processed what is there."""
+def run_ingest(spark, pipeline, bounded: bool = True, figures: dict | None = None) -> list:
+    """`ingest run --once` in this process: the query, until it has processed what is there.
+    `figures`, if given, receives the per-batch times and jobs (`batch_figures`)."""
     from ingest.run.query import start_query
 
     reports = []
+    jobs = JobCount(spark)
     with merge_bounds(bounded):
         query, _ = start_query(spark, pipeline, once=True, on_report=reports.append)
     _await(query)
+    if figures is not None:
+        figures.update(batch_figures(query, jobs.since()))
     return reports
 
 
 def ingest_leg(bounded: bool):
     def leg(bench, topic: Topic, root: Path) -> Outcome:
         pipeline = bench_pipeline(bench.kafka.bootstrap, topic.name, root, bench.max_offsets)
-        reports = run_ingest(bench.spark, pipeline, bounded)
+        figures = {}
+        reports = run_ingest(bench.spark, pipeline, bounded, figures)
         batch_seconds = [round(r.seconds, 2) for r in reports]
         return Outcome(sum(r.summary.read for r in reports),
-                       {"batches": len(reports), "batch_seconds": batch_seconds,
+                       {**figures, "batch_seconds": batch_seconds,
                         "dead_letters": sum(r.summary.dead_letters for r in reports)},
                        target=pipeline.target.path)
     return leg
@@ -172,6 +227,7 @@ LEG_FUNCTIONS = {
     "raw_consume": raw_consume,
     "spark_noop": spark_noop,
     "plain_append": plain_append,
+    "spark_dedup": spark_dedup,
     "ingest": ingest_leg(bounded=True),
     "ingest_naive": ingest_leg(bounded=False),
 }

@@ -16,6 +16,14 @@ TARGETS = {
     "R2": ("<=", 1.2, "one MERGE batch into the large table / into an empty table (UUIDv7, bounded)"),
     "R3": (">=", 0.35, "throughput of ingest / Spark Kafka source into no-op"),
     "R4": ("<=", 1.5, "time to first commit of `ingest run` / bare session + one Delta write"),
+    "L1": ("<=", 1.5, "median batch time at 500 records per batch, ingest / plain append"),
+    "P1": (">=", 1.0, "throughput of ingest / the Spark peer (dropDuplicatesWithinWatermark, Delta append)"),
+    "J1": ("<=", 4, "Spark jobs per 500-record batch of ingest, no dead letters (a count, not a ratio)"),
+    "J0": ("<=", 1.5, "Spark jobs per 500-record batch, ingest / plain append"),
+    "LAT": ("<=", 1.3, "p99 produce-to-visible latency, 1 s trigger, ingest / plain append"),
+    "G1": ("<=", 1.2, "batch time into a table after 1,000 commits / after 10"),
+    "M1": ("<=", 1.1, "peak RSS (driver JVM + Python) of ingest / plain append"),
+    "M2": ("<=", 1.1, "peak JVM heap of ingest / plain append"),
 }
 README_START, README_END = "<!-- figures:start -->", "<!-- figures:end -->"
 
@@ -56,6 +64,7 @@ def legs_summary(runs: list[dict]) -> dict:
             "rss_peak_mb": max(r["rss_peak_mb"] for r in mine),
             "heap_peak_mb": max((r["heap_peak_mb"] or 0) for r in mine) or None,
             "files_scanned_per_batch": _median(files),
+            "jobs_per_batch": _median([r.get("jobs_per_batch") for r in mine]),
             "duplicate_uids": max((a["duplicate_uids"] for a in audits), default=None),
             "missing_uids": max((a["missing_uids"] for a in audits), default=None),
         }
@@ -91,6 +100,21 @@ def ratios(results: dict) -> dict:
         found["R1"] = _per_rep_ratio(legs, "leg", "ingest", "plain_append", throughput)
         found["R3"] = _per_rep_ratio(legs, "leg", "ingest", "spark_noop", throughput)
         found["naive_vs_plain_append"] = _per_rep_ratio(legs, "leg", "ingest_naive", "plain_append", throughput)
+        found["P1"] = _per_rep_ratio(legs, "leg", "ingest", "spark_dedup", throughput)
+        found["M1"] = _per_rep_ratio(legs, "leg", "ingest", "plain_append", lambda r: r["rss_peak_mb"])
+        found["M2"] = _per_rep_ratio(legs, "leg", "ingest", "plain_append", lambda r: r["heap_peak_mb"])
+    l1 = (results.get("l1") or {}).get("runs", [])
+    if l1:
+        found["L1"] = _per_rep_ratio(l1, "leg", "ingest", "plain_append", lambda r: r["median_batch_ms"])
+        found["J0"] = _per_rep_ratio(l1, "leg", "ingest", "plain_append", lambda r: r["jobs_per_batch"])
+        jobs = [r["jobs_per_batch"] for r in l1 if r["leg"] == "ingest"]
+        found["J1"] = {"median": _median(jobs), "per_rep": jobs}
+    lat = (results.get("latency") or {}).get("runs", [])
+    if lat:
+        found["LAT"] = _per_rep_ratio(lat, "leg", "ingest", "plain_append", lambda r: r["p99_ms"])
+    g1 = (results.get("g1") or {}).get("runs", [])
+    if g1:
+        found["G1"] = _per_rep_ratio(g1, "commits", 1000, 10, lambda r: r["batch_ms"])
     if results.get("r2"):
         found["R2"] = _r2_pairs(results["r2"]["runs"], "v7_bounded", lambda r: r["batch_seconds"])
     if results.get("r4"):
@@ -134,16 +158,42 @@ def ratio_lines(summary: dict) -> list[str]:
 def leg_lines(summary: dict) -> list[str]:
     rows = [[leg, s["records"], s["seconds"], round(s["records_per_second"] or 0), s["cpu_seconds_per_million"],
              round(s["rss_peak_mb"]), round(s["heap_peak_mb"]) if s["heap_peak_mb"] else None,
-             s["files_scanned_per_batch"], _dup_missing(s)]
+             s["files_scanned_per_batch"], s.get("jobs_per_batch"), _dup_missing(s)]
             for leg, s in summary.get("legs", {}).items()]
     return _table(["leg", "records", "median s", "records/s", "CPU-s per M records", "peak RSS MB",
-                   "peak heap MB", "files scanned per batch", "duplicate / missing uids"], rows)
+                   "peak heap MB", "files scanned per batch", "jobs per batch", "duplicate / missing uids"], rows)
+
+
+def l1_lines(results: dict) -> list[str]:
+    runs = (results.get("l1") or {}).get("runs", [])
+    rows = []
+    for leg in dict.fromkeys(r["leg"] for r in runs):
+        mine = [r for r in runs if r["leg"] == leg]
+        rows.append([leg, _median([r["batches"] for r in mine]), _median([r["median_batch_ms"] for r in mine]),
+                     ", ".join(f"{r['median_batch_ms']:.0f}" for r in mine),
+                     _median([r["p90_batch_ms"] for r in mine]), _median([r["jobs_per_batch"] for r in mine]),
+                     max(r["audit"]["duplicate_uids"] for r in mine)])
+    return _table(["leg", "batches", "median batch ms", "per repetition", "p90 batch ms", "jobs per batch",
+                   "duplicate uids"], rows)
 
 
 def _dup_missing(s: dict) -> str:
     if s.get("duplicate_uids") is None:
         return "-"
     return f"{s['duplicate_uids']:,} / {s['missing_uids']:,}"
+
+
+def latency_lines(results: dict) -> list[str]:
+    lat = results["latency"]
+    rows = []
+    for leg in dict.fromkeys(r["leg"] for r in lat["runs"]):
+        mine = [r for r in lat["runs"] if r["leg"] == leg]
+        rows.append([leg, _median([r["p50_ms"] for r in mine]), _median([r["p99_ms"] for r in mine]),
+                     ", ".join(f"{r['p99_ms']}" for r in mine), f"{sum(r['visible'] for r in mine):,} of "
+                     f"{sum(r['sent'] for r in mine):,}"])
+    return ([f"Latency, {lat['rate']} records/s for {lat['seconds']} s, trigger {lat['trigger']} "
+             "(plot: `latency.png`):", ""] +
+            _table(["leg", "median p50 ms", "median p99 ms", "p99 per repetition", "records visible"], rows))
 
 
 def r2_lines(summary: dict) -> list[str]:
@@ -191,6 +241,22 @@ def text_report(results: dict, summary: dict) -> str:
     lines += ratio_lines(summary) + [""]
     if summary.get("legs"):
         lines += ["Throughput legs (median over repetitions):", ""] + leg_lines(summary) + [""]
+    for part in ("l1", "latency", "g1"):
+        if (results.get(part) or {}).get("error"):
+            lines += [f"{part}: not measured, {results[part]['error']}", ""]
+    if (results.get("l1") or {}).get("runs"):
+        lines += [f"L1, {results['l1']['batch_records']}-record batches (median over repetitions):", ""]
+        lines += l1_lines(results) + [""]
+    if (results.get("latency") or {}).get("runs"):
+        lines += latency_lines(results) + [""]
+    if (results.get("g1") or {}).get("runs"):
+        g1 = results["g1"]["runs"]
+        rows = [[size, _median([r["batch_ms"] for r in g1 if r["commits"] == size]),
+                 ", ".join(f"{r['batch_ms']:.0f}" for r in g1 if r["commits"] == size),
+                 _median([r["jobs_per_batch"] for r in g1 if r["commits"] == size])]
+                for size in results["g1"]["sizes"]]
+        lines += [f"G1, one {results['g1']['batch_records']}-record batch:", ""]
+        lines += _table(["commits before", "median batch ms", "per repetition", "jobs"], rows) + [""]
     if summary.get("r2"):
         lines += ["R2, one batch (median over repetitions):", ""] + r2_lines(summary) + [""]
     if results.get("r4"):
