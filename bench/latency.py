@@ -18,6 +18,7 @@ from pathlib import Path
 import datagen
 from confluent_kafka import Producer
 from legs import _append_query, _decoded, bench_pipeline, fresh_dir, merge_bounds
+from report import pyplot
 
 RATE = 200  # records per second
 SECONDS = 40
@@ -120,13 +121,9 @@ def run_all(bench, reps: int, log) -> dict:
 
 
 def plot(results: dict, path: Path) -> bool:
-    try:
-        import matplotlib
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return False
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     runs = results["latency"]["runs"]
     figure, axis = plt.subplots(figsize=(8, 5), dpi=110)
     for leg, color in (("plain_append", "tab:gray"), ("ingest", "tab:blue")):

@@ -296,15 +296,23 @@ def update_readme(readme: Path, block: str) -> None:
 # --- plot ----------------------------------------------------------------------------
 
 
-def plot(results: dict, path: Path) -> bool:
-    """Per-batch MERGE time against table size, bounded beside naive."""
+def pyplot():
+    """matplotlib's pyplot on a file backend, or None where matplotlib is not installed."""
     try:
         import matplotlib
     except ImportError:
-        return False
+        return None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def plot(results: dict, path: Path) -> bool:
+    """Per-batch MERGE time against table size, bounded beside naive."""
+    plt = pyplot()
+    if plt is None:
+        return False
     runs = results["r2"]["runs"]
     figure, axis = plt.subplots(figsize=(8, 5), dpi=110)
     styles = {"v7_bounded": ("tab:blue", "o", "UUIDv7, bounded MERGE"),
