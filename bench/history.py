@@ -36,13 +36,31 @@ def _grow(path: str, commits: int) -> float:
     version = table.version()
     while version + 1 < commits:
         version += 1
-        row = {f.name: [None] for f in schema}
+        row = {f.name: [None if f.nullable else _filler(f.type)] for f in schema}
         row["_uid"] = [f"history-{version:08d}"]
         batch = pa.Table.from_pydict(row, schema=schema)
         write_deltalake(path, batch, mode="append", configuration=None,
                         commit_properties=CommitProperties(
                             app_transactions=[Transaction(app_id="bench-history", version=version)]))
     return time.monotonic() - began
+
+
+def _filler(arrow_type):
+    """A value for a column the table declares NOT NULL (`_ingested_at` and the Kafka
+    coordinates ingest writes): delta-rs refuses a null there."""
+    import datetime
+
+    import pyarrow as pa
+
+    if pa.types.is_timestamp(arrow_type):
+        return datetime.datetime.now(datetime.timezone.utc)
+    if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
+        return ""
+    if pa.types.is_floating(arrow_type):
+        return 0.0
+    if pa.types.is_boolean(arrow_type):
+        return False
+    return 0
 
 
 def _set_checkpoint_interval(spark, path: str) -> None:
