@@ -31,9 +31,11 @@ from datagen import SCHEMA, UID_HEADER  # noqa: E402
 
 BATCH = 500
 _BEFORE = {"spark.sql.adaptive.enabled": "true", "spark.sql.shuffle.partitions": "4",
-           "spark.databricks.delta.snapshotPartitions": "4"}  # ingest's local defaults before the probe
+           "spark.databricks.delta.snapshotPartitions": "4",
+           "spark.sql.ui.explainMode": "formatted"}  # ingest's local defaults before the probe
 _CHOSEN = {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": "2",
-           "spark.databricks.delta.snapshotPartitions": "2"}  # LOCAL_DEFAULTS on 2 cores
+           "spark.databricks.delta.snapshotPartitions": "2",
+           "spark.sql.ui.explainMode": "formatted"}  # LOCAL_DEFAULTS on 2 cores, before the explain mode
 VARIANTS = {  # each complete in the keys it is compared on, whatever the session's defaults
     "before (AQE on, shuffle 4, snapshot 4)": _BEFORE,
     "AQE off": {**_BEFORE, "spark.sql.adaptive.enabled": "false"},
@@ -43,6 +45,7 @@ VARIANTS = {  # each complete in the keys it is compared on, whatever the sessio
     "AQE off, shuffle 2, snapshot 2": _CHOSEN,
     "stats on _uid only": {**_CHOSEN, "spark.databricks.delta.properties.defaults.dataSkippingNumIndexedCols": "1"},
     "chosen, and no broadcast join": {**_CHOSEN, "spark.sql.autoBroadcastJoinThreshold": "-1"},
+    "chosen, and plans explained simply": {**_CHOSEN, "spark.sql.ui.explainMode": "simple"},
 }
 KAFKA_SCHEMA = ("topic STRING, partition INT, offset LONG, timestamp TIMESTAMP, key BINARY, value BINARY, "
                 "headers ARRAY<STRUCT<key: STRING, value: BINARY>>")
@@ -136,6 +139,11 @@ def measure(spark, frames, settings: dict, work: Path) -> dict:
             spark.conf.unset(key) if value is None else spark.conf.set(key, value)
 
 
+def _load() -> str:
+    with open("/proc/loadavg") as load:
+        return " ".join(load.read().split()[:3])
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, default=12)
@@ -155,13 +163,16 @@ def main(argv=None) -> int:
         chosen = [int(n) for n in args.only.split(",")] if args.only else range(1, len(VARIANTS) + 1)
         for name, settings in [list(VARIANTS.items())[n - 1] for n in chosen]:
             results["variants"][name] = {"settings": settings,
-                                         **measure(spark, frames, settings, work / uuid.uuid4().hex)}
+                                         **measure(spark, frames, settings, work / uuid.uuid4().hex),
+                                         "batches": args.batches, "load_average": _load()}
             shown = {k: v for k, v in results["variants"][name].items() if k != "last_ingest_batch_jobs"}
             print(f"{name:40} {json.dumps(shown)}", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    with open("/proc/loadavg") as load:
-        results["load_average"] = load.read().split()[:3]
+    if args.out.exists():  # a run of some variants keeps the figures of the others
+        earlier = json.loads(args.out.read_text())
+        results["variants"] = {**earlier.get("variants", {}), **results["variants"]}
+        results["note"] = earlier.get("note", "")
     args.out.write_text(json.dumps(results, indent=1) + "\n")
     return 0
 

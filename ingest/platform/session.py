@@ -42,6 +42,9 @@ LOCAL_DEFAULTS = {
     # Adaptive execution runs each shuffle's map side as a job of its own: a small batch
     # took 10 jobs with it, 5 without, and half the time (docs/performance.md)
     "spark.sql.adaptive.enabled": "false",
+    # Every SQL execution renders its plan for the UI's SQL tab; the default "formatted"
+    # rendering was a fifth of the driver's time in a small batch (docs/performance.md)
+    "spark.sql.ui.explainMode": "simple",
     # Spark's default log config prints INFO on stdout until setLogLevel runs; ours keeps
     # stdout for what `ingest` reports
     "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG_CONFIG}",
