@@ -93,6 +93,10 @@ def parse_args(argv):
                         help="run nothing: redo the table, plot and README figures from bench/results.json")
     parser.add_argument("--no-write", action="store_true",
                         help="print only: leave results.json, the plot and README.md as they are")
+    parser.add_argument("--results", default="results",
+                        help="name of the results: bench/NAME.json and README.md's NAME section (default "
+                             "results, whose section is the figures); another name keeps a run beside it, "
+                             "such as the full run's R2 (--results full-r2)")
     return parser.parse_args(argv)
 
 
@@ -237,8 +241,10 @@ def run(args) -> dict:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    results_file = BENCH / f"{args.results}.json"
+    section = "figures" if args.results == "results" else args.results
     if args.report_only:
-        results = json.loads((BENCH / "results.json").read_text())
+        results = json.loads(results_file.read_text())
     else:
         results = run(args)
     summary = report.summarize(results)
@@ -247,12 +253,12 @@ def main(argv=None) -> int:
     print("\n" + text)
     if not args.no_write:
         if not args.report_only:
-            (BENCH / "results.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
-        if results.get("r2"):
+            results_file.write_text(json.dumps(results, indent=1, default=str) + "\n")
+        if results.get("r2") and section == "figures":
             report.plot(results, BENCH / "merge_time.png")
         if (results.get("latency") or {}).get("runs"):
             latency.plot(results, BENCH / "latency.png")
-        report.update_readme(BENCH / "README.md", text)
+        report.update_readme(BENCH / "README.md", text, section)
     if not (args.keep_work or args.report_only):
         shutil.rmtree(BENCH / "work", ignore_errors=True)
     return 0

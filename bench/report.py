@@ -25,7 +25,6 @@ TARGETS = {
     "M1": ("<=", 1.1, "peak RSS (driver JVM + Python) of ingest / plain append"),
     "M2": ("<=", 1.1, "peak JVM heap of ingest / plain append"),
 }
-README_START, README_END = "<!-- figures:start -->", "<!-- figures:end -->"
 
 
 def _median(values):
@@ -285,10 +284,13 @@ def summarize(results: dict) -> dict:
     }
 
 
-def update_readme(readme: Path, block: str) -> None:
+def update_readme(readme: Path, block: str, section: str = "figures") -> None:
+    """Replaces the README's section between `<!-- SECTION:start -->` and its end marker
+    (appended when the README has none yet)."""
+    start, end = f"<!-- {section}:start -->", f"<!-- {section}:end -->"
     text = readme.read_text()
-    pattern = re.compile(re.escape(README_START) + ".*?" + re.escape(README_END), re.S)
-    replacement = f"{README_START}\n{block}\n{README_END}"
+    pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.S)
+    replacement = f"{start}\n{block}\n{end}"
     readme.write_text(pattern.sub(lambda _: replacement, text) if pattern.search(text)
                       else text + "\n" + replacement + "\n")
 
