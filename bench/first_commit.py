@@ -52,19 +52,28 @@ def ingest_command(bootstrap: str, topic: str, root: Path) -> tuple[list[str], P
     return [sys.executable, "-m", "ingest", "run", str(spec), "--once"], first_commit
 
 
+def ingest_milestones(root: Path) -> dict[str, Path]:
+    """Files that mark where an `ingest run`'s start-up has got to, in the order they appear."""
+    return {"query_started": root / "checkpoint" / "metadata",
+            "batch_planned": root / "checkpoint" / "offsets" / "0",
+            "table_created": root / "target" / "_delta_log" / COMMIT.format(0)}
+
+
 def bare_command(root: Path, rows: int) -> tuple[list[str], Path]:
     table = root / "target"
     return [sys.executable, __file__, str(table), str(rows)], table / "_delta_log" / COMMIT.format(0)
 
 
-def time_to_first_commit(command: list[str], commit: Path, log: Path, timeout: float = 600) -> dict:
-    """Seconds from launch to `commit` existing, and to the process's exit."""
+def time_to_first_commit(command: list[str], commit: Path, log: Path, timeout: float = 600,
+                         milestones: dict[str, Path] | None = None) -> dict:
+    """Seconds from launch to `commit` existing, to each of `milestones`, and to the process's exit."""
     started = time.perf_counter()
+    seen: dict[str, float] = {}
     with open(log, "w") as out:
         process = subprocess.Popen(command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL)
     try:
-        first = _await_file(commit, process, started + timeout) - started
+        first = _await_file(commit, process, started + timeout, milestones or {}, seen) - started
         code = process.wait(timeout=max(1.0, started + timeout - time.perf_counter()))
     finally:
         if process.poll() is None:
@@ -72,13 +81,19 @@ def time_to_first_commit(command: list[str], commit: Path, log: Path, timeout: f
             process.wait()
     if code != 0:
         raise RuntimeError(f"{' '.join(command[-3:])} exited {code}; see {log}")
-    return {"first_commit_seconds": round(first, 3), "exit_seconds": round(time.perf_counter() - started, 3)}
+    return {"first_commit_seconds": round(first, 3), "exit_seconds": round(time.perf_counter() - started, 3),
+            **{f"{name}_seconds": round(at - started, 3) for name, at in seen.items()}}
 
 
-def _await_file(path: Path, process: subprocess.Popen, deadline: float) -> float:
-    """When `path` appeared (perf_counter), polled every 20 ms while `process` runs."""
+def _await_file(path: Path, process: subprocess.Popen, deadline: float, milestones: dict[str, Path],
+                seen: dict[str, float]) -> float:
+    """When `path` appeared (perf_counter), polled every 20 ms while `process` runs; `seen`
+    receives when each of `milestones` appeared."""
     while time.perf_counter() < deadline:
         exited = process.poll() is not None
+        for name, milestone in milestones.items():
+            if name not in seen and milestone.exists():
+                seen[name] = time.perf_counter()
         if path.exists():
             return time.perf_counter()
         if exited:
@@ -97,7 +112,8 @@ def run_all(kafka, topic: str, rows: int, work: Path, reps: int, log) -> list[di
             root = fresh_dir(work / "r4" / f"{side}-{rep}")
             command, commit = (ingest_command(kafka.bootstrap, topic, root) if side == "ingest_run"
                                else bare_command(root, rows))
-            timed = time_to_first_commit(command, commit, root / "output.log")
+            milestones = ingest_milestones(root) if side == "ingest_run" else None
+            timed = time_to_first_commit(command, commit, root / "output.log", milestones=milestones)
             log(f"  {side:18} rep {rep}: first commit {timed['first_commit_seconds']:.1f}s")
             runs.append({"side": side, "rep": rep, **timed})
     return runs

@@ -216,7 +216,17 @@ def r4_lines(results: dict) -> list[str]:
             rows.append([side, _median([r["first_commit_seconds"] for r in mine]),
                          ", ".join(f"{r['first_commit_seconds']:.1f}" for r in mine),
                          _median([r["exit_seconds"] for r in mine])])
-    return _table(["side", "median s to first commit", "per repetition", "median s to exit"], rows)
+    lines = _table(["side", "median s to first commit", "per repetition", "median s to exit"], rows)
+    mine = [r for r in runs if r["side"] == "ingest_run" and "query_started_seconds" in r]
+    if mine:  # where `ingest run`'s start-up has got to, by the files it writes
+        phases = [("query started (checkpoint `metadata`)", "query_started_seconds"),
+                  ("first batch planned (`offsets/0`)", "batch_planned_seconds"),
+                  ("table created (version 0)", "table_created_seconds"),
+                  ("first MERGE committed (version 1)", "first_commit_seconds")]
+        lines += ["", "`ingest run`'s start-up, median s from launch:", ""]
+        lines += _table(["milestone", "median s"], [[name, _median([r.get(key) for r in mine])]
+                                                     for name, key in phases])
+    return lines
 
 
 def machine_lines(machine: dict) -> list[str]:
