@@ -51,15 +51,15 @@ KAFKA_SCHEMA = ("topic STRING, partition INT, offset LONG, timestamp TIMESTAMP, 
                 "headers ARRAY<STRUCT<key: STRING, value: BINARY>>")
 
 
-def batches(spark, count: int) -> list:
+def batches(spark, count: int, records: int = BATCH) -> list:
     import random
 
     rnd, make_uid, frames = random.Random(5), datagen.Uuid7(), []
     for b in range(count):
         rows = []
-        for i in range(BATCH):
+        for i in range(records):
             uid = make_uid()
-            rows.append(("bench", i % 2, b * BATCH + i, None, None,
+            rows.append(("bench", i % 2, b * records + i, None, None,
                          bytearray(datagen.payload(uid, int(time.time() * 1000), rnd)),
                          [(UID_HEADER, bytearray(uid.encode()))]))
         frames.append(spark.createDataFrame(rows, KAFKA_SCHEMA).cache())

@@ -8,7 +8,12 @@ its stack (steps nest: the MERGE holds its commit, the commit its checkpoint),
 and the table gives each step's share of the samples of the thread that runs
 the batch (py4j's), the thread whose time is the batch's fixed cost. Usage:
 
-    .venv/bin/python bench/jvm_profile.py [--batches 15] [--set KEY=VALUE ...] [--out bench/jvm_profile.json]
+    .venv/bin/python bench/jvm_profile.py [--batches 15] [--batch-records 500] [--set KEY=VALUE ...]
+                                          [--out bench/jvm_profile.json]
+
+It also prints the Spark jobs of one more batch, run after the recording: when
+each started and ended, from the batch's first job; the gaps between them are
+the driver's own work.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import json
 import subprocess
 import sys
 import tempfile
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -43,26 +49,47 @@ STEPS = (
 )
 
 
-def profile(batches: int, settings: dict[str, str], recording: Path) -> None:
+def timeline(spark, jobs_before: int) -> list[dict]:
+    """The Spark jobs since `jobs_before`: when each ran (ms from the first's start) and what it was."""
+    listed = spark.sparkContext._jsc.sc().statusStore().jobsList(None)
+    jobs = sorted((listed.apply(i) for i in range(listed.size())), key=lambda job: job.jobId())[jobs_before:]
+    if not jobs:
+        return []
+    origin = jobs[0].submissionTime().get().getTime()
+    return [{"start_ms": job.submissionTime().get().getTime() - origin,
+             "end_ms": job.completionTime().get().getTime() - origin if job.completionTime().isDefined() else None,
+             "tasks": job.numTasks(),
+             "what": (job.description().get() if job.description().isDefined() else "") or job.name()[:60]}
+            for job in jobs]
+
+
+def profile(batches: int, records: int, settings: dict[str, str], recording: Path) -> list[dict]:
+    """Runs the batches under JFR; the job timeline of one more batch, run after the recording."""
     from ingest.platform.session import LOCAL_DEFAULTS, get_session
 
     java_options = f"{LOCAL_DEFAULTS['spark.driver.extraJavaOptions']} -XX:FlightRecorderOptions:stackdepth=1024"
     spark = get_session("bench-jvm-profile", master="local[2]",
-                        conf={"spark.ui.enabled": "false", "spark.driver.extraJavaOptions": java_options})
+                        conf={"spark.ui.enabled": "false", "spark.driver.extraJavaOptions": java_options,
+                              "spark.driver.memory": "3g", "spark.ui.retainedJobs": "100000"})
     spark.sparkContext.setLogLevel("ERROR")
     for key, value in settings.items():
         spark.conf.set(key, value)
-    frames = batch_settings.batches(spark, batches + 5)
+    frames = batch_settings.batches(spark, batches + 6, records)
     processor = batch_settings.ingest_side(spark, Path(tempfile.mkdtemp(prefix="bench-jvm-profile-")))
     for batch_id, frame in enumerate(frames[:5]):  # table creation, JIT and class loading: not a steady batch
         processor(frame, batch_id)
     pid = str(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
     subprocess.run(["jcmd", pid, "JFR.start", "name=batches", "settings=profile", f"filename={recording}"],
                    check=True, capture_output=True)
-    for batch_id, frame in enumerate(frames[5:], start=5):
+    for batch_id, frame in enumerate(frames[5:-1], start=5):
         processor(frame, batch_id)
     subprocess.run(["jcmd", pid, "JFR.stop", "name=batches"], check=True, capture_output=True)
+    jobs_before = batch_settings.jobs(spark)
+    began = time.perf_counter()
+    processor(frames[-1], len(frames) - 1)
+    jobs = [*timeline(spark, jobs_before), {"batch_ms": round((time.perf_counter() - began) * 1000)}]
     spark.stop()
+    return jobs
 
 
 def shares(recording: Path) -> dict:
@@ -90,20 +117,25 @@ def shares(recording: Path) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, default=15)
+    parser.add_argument("--batch-records", type=int, default=batch_settings.BATCH)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a Spark SQL setting for the run (such as spark.sql.ui.explainMode=formatted)")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "jvm_profile.json")
     args = parser.parse_args(argv)
     settings = dict(item.split("=", 1) for item in args.set)
     recording = Path(tempfile.mkdtemp(prefix="bench-jfr-")) / "batches.jfr"
-    profile(args.batches, settings, recording)
-    result = {"batches": args.batches, "batch_records": batch_settings.BATCH, "settings": settings,
-              **shares(recording)}
+    jobs = profile(args.batches, args.batch_records, settings, recording)
+    result = {"batches": args.batches, "batch_records": args.batch_records, "settings": settings,
+              **shares(recording), "one_batch_jobs": jobs}
     for step in result["steps"]:
         print(f"{step['share_of_batch_thread']:6.1%}  {step['samples']:5}  {step['step']}")
     print(f"samples: {result['samples']}")
+    for job in jobs[:-1]:
+        print(f"{job['start_ms']:6} - {job['end_ms']:6} ms  {job['tasks']:3} tasks  {job['what']}")
+    print(f"the batch: {jobs[-1]['batch_ms']} ms")
     runs = json.loads(args.out.read_text()) if args.out.exists() else {}
-    runs[", ".join(f"{k}={v}" for k, v in settings.items()) or "defaults"] = result
+    name = ", ".join(f"{k}={v}" for k, v in settings.items()) or "defaults"
+    runs[name if args.batch_records == batch_settings.BATCH else f"{name}, {args.batch_records} records"] = result
     args.out.write_text(json.dumps(runs, indent=1) + "\n")
     return 0
 
