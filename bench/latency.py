@@ -18,7 +18,7 @@ from pathlib import Path
 import datagen
 from confluent_kafka import Producer
 from legs import _append_query, _decoded, bench_pipeline, fresh_dir, merge_bounds
-from report import pyplot
+from report import draw
 
 RATE = 200  # records per second
 SECONDS = 40
@@ -121,28 +121,21 @@ def run_all(bench, reps: int, log) -> dict:
 
 
 def plot(results: dict, path: Path) -> bool:
-    plt = pyplot()
-    if plt is None:
-        return False
-    runs = results["latency"]["runs"]
-    figure, axis = plt.subplots(figsize=(8, 5), dpi=110)
-    for leg, color in (("plain_append", "tab:gray"), ("ingest", "tab:blue")):
-        for i, run in enumerate(r for r in runs if r["leg"] == leg):
-            values = [v / 1000 for v in run["latencies_ms"]]
-            if not values:
-                continue
-            axis.plot(values, [k / len(values) for k in range(1, len(values) + 1)], color=color,
-                      alpha=0.8, label=leg if i == 0 else None)
-    axis.set_xlabel("produce-to-visible latency (s)")
-    axis.set_ylabel("share of records")
     lat = results["latency"]
-    axis.set_title(f"{lat['rate']} records/s for {lat['seconds']} s, processing-time trigger {lat['trigger']}")
-    axis.grid(alpha=0.3)
-    axis.legend()
-    figure.tight_layout()
-    figure.savefig(path)
-    plt.close(figure)
-    return True
+
+    def paint(axis) -> None:
+        for leg, color in (("plain_append", "tab:gray"), ("ingest", "tab:blue")):
+            for i, run in enumerate(r for r in lat["runs"] if r["leg"] == leg):
+                values = [v / 1000 for v in run["latencies_ms"]]
+                if not values:
+                    continue
+                axis.plot(values, [k / len(values) for k in range(1, len(values) + 1)], color=color,
+                          alpha=0.8, label=leg if i == 0 else None)
+        axis.set_xlabel("produce-to-visible latency (s)")
+        axis.set_ylabel("share of records")
+        axis.set_title(f"{lat['rate']} records/s for {lat['seconds']} s, processing-time trigger {lat['trigger']}")
+
+    return draw(path, paint)
 
 
 

@@ -320,33 +320,42 @@ def pyplot():
     return plt
 
 
-def plot(results: dict, path: Path) -> bool:
-    """Per-batch MERGE time against table size, bounded beside naive."""
+def draw(path: Path, paint) -> bool:
+    """One chart into `path`: `paint(axis)` draws it (and its labels); False without matplotlib."""
     plt = pyplot()
     if plt is None:
         return False
-    runs = results["r2"]["runs"]
     figure, axis = plt.subplots(figsize=(8, 5), dpi=110)
-    styles = {"v7_bounded": ("tab:blue", "o", "UUIDv7, bounded MERGE"),
-              "v7_naive": ("tab:red", "s", "UUIDv7, naive MERGE (bounds off)"),
-              "v4_horizon": ("tab:green", "^", "UUIDv4, bounded with dedup_horizon")}
-    for leg, (color, marker, label) in styles.items():
-        mine = [r for r in runs if r["leg"] == leg]
-        if not mine:
-            continue
-        sizes = sorted({r["table_rows"] for r in mine})
-        medians = [statistics.median(r["merge_seconds"] for r in mine if r["table_rows"] == s) for s in sizes]
-        axis.scatter([r["table_rows"] / 1e6 for r in mine], [r["merge_seconds"] for r in mine],
-                     color=color, marker=marker, alpha=0.35)
-        axis.plot([s / 1e6 for s in sizes], medians, color=color, marker=marker, label=label)
-    scale = results["scale"]
-    axis.set_xlabel("target table size before the batch (million rows)")
-    axis.set_ylabel("MERGE time of one batch (s, Delta executionTimeMs)")
-    axis.set_title(f"One batch of {scale['r2_batch']:,} records ({scale['name']} run)")
-    axis.set_ylim(bottom=0)
+    paint(axis)
     axis.grid(alpha=0.3)
     axis.legend()
     figure.tight_layout()
     figure.savefig(path)
     plt.close(figure)
     return True
+
+
+def plot(results: dict, path: Path) -> bool:
+    """Per-batch MERGE time against table size, bounded beside naive."""
+    runs = results["r2"]["runs"]
+    styles = {"v7_bounded": ("tab:blue", "o", "UUIDv7, bounded MERGE"),
+              "v7_naive": ("tab:red", "s", "UUIDv7, naive MERGE (bounds off)"),
+              "v4_horizon": ("tab:green", "^", "UUIDv4, bounded with dedup_horizon")}
+
+    def paint(axis) -> None:
+        for leg, (color, marker, label) in styles.items():
+            mine = [r for r in runs if r["leg"] == leg]
+            if not mine:
+                continue
+            sizes = sorted({r["table_rows"] for r in mine})
+            medians = [statistics.median(r["merge_seconds"] for r in mine if r["table_rows"] == s) for s in sizes]
+            axis.scatter([r["table_rows"] / 1e6 for r in mine], [r["merge_seconds"] for r in mine],
+                         color=color, marker=marker, alpha=0.35)
+            axis.plot([s / 1e6 for s in sizes], medians, color=color, marker=marker, label=label)
+        scale = results["scale"]
+        axis.set_xlabel("target table size before the batch (million rows)")
+        axis.set_ylabel("MERGE time of one batch (s, Delta executionTimeMs)")
+        axis.set_title(f"One batch of {scale['r2_batch']:,} records ({scale['name']} run)")
+        axis.set_ylim(bottom=0)
+
+    return draw(path, paint)

@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from ingest.batch.faults import BATCH_POINTS
-from tests.integration.processes import IngestProcess, write_pipeline
+from tests.integration.processes import IngestProcess, wait_for, write_pipeline
 
 ORDER = {"order_id": "o", "amount": 1.0, "ts": "2026-11-01T10:00:00"}
 
@@ -211,8 +211,6 @@ def test_a_restored_target_stops_a_run_with_its_checkpoint_and_is_refilled_witho
 
 def test_a_recreated_topic_stops_the_run_and_a_reset_reads_the_new_one(spark, kafka, sender, pipeline, topic):
     """Issue 13 case 6: same name, new topic id, offsets from 0 again."""
-    import time
-
     from confluent_kafka.admin import AdminClient
 
     from ingest.kafka.local_broker import create_topic
@@ -222,12 +220,15 @@ def test_a_recreated_topic_stops_the_run_and_a_reset_reads_the_new_one(spark, ka
     run_recovering(spark, pipeline)
     admin = AdminClient(kafka.client_config())
     admin.delete_topics([topic])[topic].result(timeout=30)
-    for _ in range(60):  # the deletion completes asynchronously
+
+    def recreated() -> bool:  # the deletion completes asynchronously: creating fails until it has
         try:
             create_topic(kafka.client_config(), topic, partitions=2)
-            break
+            return True
         except Exception:
-            time.sleep(0.5)
+            return False
+
+    wait_for(recreated, 30, f"topic {topic} to be created again after its deletion")
     sender.producer = type(sender.producer)({**kafka.client_config(), "enable.idempotence": True})
     send(sender, ["n0", "n1"])
 
