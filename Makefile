@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup jars test test-unit lint demo notebooks bench clean
+.PHONY: setup jars test check test-unit lint demo notebooks bench clean
 
 setup: $(STAMP) jars
 
@@ -18,8 +18,15 @@ $(STAMP): pyproject.toml requirements.lock
 jars: $(STAMP)
 	$(BIN)/python -m ingest.platform.jars
 
+# The whole suite, what CI runs; where its time went: .ingest/test-durations.json
+# (`python -m tests.timing .ingest/test-durations.json` prints it as tables).
 test: setup
-	$(BIN)/python -m pytest tests
+	mkdir -p .ingest
+	INGEST_DURATIONS=.ingest/test-durations.json $(BIN)/python -m pytest tests
+
+# The fast loop while developing: unit and Spark tests, no broker.
+check: setup
+	$(BIN)/python -m pytest tests/unit tests/spark -q
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit -q

@@ -8,6 +8,9 @@ from dataclasses import dataclass
 
 import pytest
 
+from tests import timing
+from tests.timing import pytest_runtest_logreport, pytest_runtest_protocol, pytest_sessionfinish  # noqa: F401
+
 TEST_SPARK_CONF = {
     "spark.sql.shuffle.partitions": "2",
     "spark.default.parallelism": "2",
@@ -28,11 +31,16 @@ class ExternalKafka:
         return {"bootstrap.servers": self.bootstrap}
 
 
+def pytest_configure(config):
+    timing.configure(os.environ.get("INGEST_DURATIONS"))
+
+
 @pytest.fixture(scope="session")
 def spark():
     from ingest.platform.session import get_session
 
-    session = get_session("ingest-tests", conf=TEST_SPARK_CONF, master="local[2]")
+    with timing.paid("spark_start"):
+        session = get_session("ingest-tests", conf=TEST_SPARK_CONF, master="local[2]")
     yield session
     session.stop()
 
@@ -45,7 +53,8 @@ def kafka(tmp_path_factory):
     from ingest.kafka.local_broker import LocalKafka
 
     broker = LocalKafka(work_dir=tmp_path_factory.mktemp("kafka"))
-    broker.start()
+    with timing.paid("broker_start"):
+        broker.start()
     yield broker
     broker.close()
 
