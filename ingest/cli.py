@@ -249,11 +249,15 @@ def plan_command(args) -> int:
 def add_run(commands, environment: argparse.ArgumentParser) -> None:
     command = commands.add_parser("run", parents=[environment], help="run pipelines",
                                   description="Run pipelines: one Spark application, one streaming "
-                                  "query each. SIGTERM or Ctrl-C stops them cleanly. Exit 1 when a "
-                                  "query fails, naming the pipeline, batch and offsets.")
+                                  "query each, as each pipeline's trigger says: the default "
+                                  "(available_now) reads what the topics hold, then stops; "
+                                  "trigger.processing_time runs until stopped. SIGTERM or Ctrl-C "
+                                  "stops them cleanly. Exit 1 when a query fails, naming the "
+                                  "pipeline, batch and offsets.")
     command.add_argument("files", nargs="+", metavar="FILE", help="pipeline files")
     command.add_argument("--once", action="store_true",
-                         help="process what is available now, then exit")
+                         help="process what is available now, then exit, whatever the "
+                         "pipeline's trigger (the default trigger does this already)")
     command.add_argument("--no-preflight", action="store_true",
                          help="skip the broker check and retention guard done with the Python Kafka "
                          "client (for a login only Spark's Java client speaks, e.g. AWS MSK IAM)")

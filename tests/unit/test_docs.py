@@ -1,27 +1,253 @@
-"""The README and docs/ stay inside the repository: every relative link resolves to a file in it."""
+"""The docs agree with the code: links resolve, the reference (docs/contract.md and
+docs/configuration.md) names exactly the keys, defaults, commands, flags and exit codes
+the code has, and every command shown in a shell block parses as the CLI reads it."""
 
 from __future__ import annotations
 
+import json
 import re
+import shlex
 from pathlib import Path
 
 import pytest
+import yaml
+
+from ingest import cli
+from ingest.spec import loader, operations
 
 REPO = Path(__file__).resolve().parents[2]
 PAGES = [REPO / "README.md", REPO / "CONTRIBUTING.md", *sorted((REPO / "docs").glob("*.md"))]
+NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
 LINK = re.compile(r"\]\(([^)\s]+)\)")
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
+CONTRACT = REPO / "docs" / "contract.md"
+CONFIGURATION = REPO / "docs" / "configuration.md"
+# Every command takes these; the contract says so once instead of in every row.
+COMMON_FLAGS = {"-h", "--help", "--env", "--conf-dir"}
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
+def page_id(page: Path) -> str:
+    return str(page.relative_to(REPO))
+
+
+def anchors(page: Path) -> set[str]:
+    """GitHub's heading ids: lower case, punctuation dropped, spaces as hyphens."""
+    text = FENCE.sub("", page.read_text())
+    return {re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+            for heading in re.findall(r"^#+ (.+)$", text, re.MULTILINE)}
+
+
+@pytest.mark.parametrize("page", PAGES, ids=page_id)
 def test_links_stay_in_the_repository(page):
     for target in LINK.findall(page.read_text()):
-        if target.startswith(("https://", "http://", "#", "mailto:")):
+        if target.startswith(("https://", "http://", "mailto:")):
             continue
-        resolved = (page.parent / target.split("#")[0]).resolve()
+        file, _, anchor = target.partition("#")
+        resolved = (page.parent / file).resolve() if file else page
         assert resolved.is_relative_to(REPO), f"{page.name} links outside the repository: {target}"
         assert resolved.exists(), f"{page.name} links to a missing file: {target}"
+        if anchor and resolved.suffix == ".md":
+            assert anchor in anchors(resolved), f"{page.name} links to a missing heading: {target}"
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
+@pytest.mark.parametrize("page", PAGES, ids=page_id)
 def test_no_page_names_a_folder_outside_the_repository(page):
-    assert "shared/design" not in page.read_text()
+    text = page.read_text()
+    assert "shared/design" not in text
+    assert "pipeline-spec.md" not in text, "the contract in the repository is docs/contract.md"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=page_id)
+def test_no_page_calls_a_part_of_the_contract_planned(page):
+    """Everything the loader and the CLI accept is implemented: nothing is '(planned)'."""
+    assert "(planned)" not in page.read_text()
+
+
+# --- keys and defaults ---------------------------------------------------------------
+
+
+def loader_keys() -> set[str]:
+    """Every key path the loader accepts; `uid`'s rules and the registry's auth and tls
+    are documented as one row each, so they stand for their children."""
+    groups = {"": loader.TOP_KEYS, "source": loader.SOURCE_KEYS, "source.kafka": loader.KAFKA_KEYS,
+              "source.registry": loader.REGISTRY_KEYS, "transform": loader.TRANSFORM_KEYS,
+              "target": loader.TARGET_KEYS, "target.dedup_horizon": loader.HORIZON_KEYS,
+              "cdc": loader.CDC_KEYS, "dead_letter": loader.DEAD_LETTER_KEYS,
+              "trigger": loader.TRIGGER_KEYS, "metrics": operations.METRICS_KEYS,
+              "metrics.prometheus": operations.PROMETHEUS_KEYS, "maintenance": operations.MAINTENANCE_KEYS}
+    keys = {f"{parent}.{key}".lstrip(".") for parent, children in groups.items() for key in children}
+    return keys - set(groups)  # a section is its keys
+
+
+def configuration_rows() -> dict[str, list[str]]:
+    """The key table of configuration.md: key path -> the row's cells (type, default, notes)."""
+    text = CONFIGURATION.read_text().split("## Pipeline keys", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) < 3 or not cells[0].startswith("`"):
+            continue
+        first = re.findall(r"`([^`]+)`", cells[0])
+        parent = first[0].rsplit(".", 1)[0] if "." in first[0] else ""
+        for key in first:  # `target.path` / `target.table`: the second written in full too
+            rows[key if "." in key or not parent else key] = cells[1:]
+    return rows
+
+
+def test_configuration_documents_exactly_the_keys_the_loader_accepts():
+    documented, accepted = set(configuration_rows()), loader_keys()
+    assert documented - accepted == set(), "documented in configuration.md, refused by the loader"
+    assert accepted - documented == set(), "accepted by the loader, missing from configuration.md"
+
+
+MINIMAL = """\
+name: defaults
+source:
+  kafka: {bootstrap_servers: "localhost:9092", topics: [t]}
+  schema: "a STRING"
+uid: {header: message-id}
+target: {path: /tmp/t}
+checkpoint: /tmp/c
+"""
+
+
+def shown(value) -> str:
+    """A default as the table writes it."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (tuple, list)):
+        return "[" + ", ".join(f'"{v}"' for v in value) + "]"
+    if hasattr(value, "keys"):
+        return "{}" if not value else str(dict(value))
+    return str(value)
+
+
+def defaults() -> dict[str, object]:
+    """Defaults as the loader fills them in for a pipeline that leaves the key out."""
+    p = loader.load_text(MINIMAL, environ={})
+    k = p.source.kafka
+    return {
+        "source.kafka.starting_offsets": k.starting_offsets,
+        "source.kafka.max_offsets_per_trigger": k.max_offsets_per_trigger,
+        "source.kafka.isolation_level": k.isolation_level,
+        "source.kafka.allow_data_loss": k.allow_data_loss,
+        "source.kafka.options": k.options,
+        "source.format": p.source.format,
+        "schema_evolution": p.schema_evolution,
+        "target.mode": p.target.mode,
+        "target.deletes": p.target.deletes,
+        "target.history": p.target.history,
+        "trigger.available_now": p.trigger.available_now,
+        "trigger.processing_time": p.trigger.processing_time,
+        "spark_conf": p.spark_conf,
+        "maintenance.vacuum_retain": p.operations.maintenance.vacuum_retain,
+        "maintenance.delete_log_retain": p.operations.maintenance.delete_log_retain,
+        "table_threads": p.operations.table_threads,
+        "on_data_loss": p.operations.on_data_loss,
+    }
+
+
+@pytest.mark.parametrize("key", sorted(defaults()))
+def test_configuration_states_the_default_the_loader_uses(key):
+    default_cell = configuration_rows()[key][1]
+    first = re.match(r'`?"?([^`"]*)"?`?', default_cell).group(1)
+    assert first == shown(defaults()[key]), f"configuration.md, {key}: default {default_cell!r}"
+
+
+def yaml_paths(value, prefix: str = "") -> set[str]:
+    if not isinstance(value, dict):
+        return {prefix} if prefix else set()
+    paths = set()
+    for key, child in value.items():
+        path = f"{prefix}.{key}".lstrip(".")
+        if path in {"uid", "source.registry.auth", "source.registry.tls", "spark_conf",
+                    "source.kafka.options", "source.schemas"} or not isinstance(child, dict) or not child:
+            paths.add(path)
+        else:
+            paths |= yaml_paths(child, path)
+    return paths
+
+
+def test_the_contract_shows_only_keys_the_loader_accepts():
+    accepted = loader_keys() | {"uid"}
+    for language, block in FENCE.findall(CONTRACT.read_text()):
+        if language == "yaml":
+            unknown = yaml_paths(yaml.safe_load(block)) - accepted
+            assert not unknown, f"contract.md shows keys the loader refuses: {sorted(unknown)}"
+
+
+# --- commands, flags and exit codes -----------------------------------------------------
+
+
+def subcommands() -> dict:
+    parser = cli.build_parser()
+    [action] = [a for a in parser._actions if a.dest == "command"]
+    return action.choices
+
+
+def flags(command) -> set[str]:
+    return {option for action in command._actions for option in action.option_strings} - COMMON_FLAGS
+
+
+def contract_commands() -> dict[str, tuple[set[str], str]]:
+    """The contract's command table: command -> (its flags, its exit cell)."""
+    text = CONTRACT.read_text().split("## Command line", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        usage = re.match(r"`ingest (\w+)", cells[0])
+        if usage:
+            rows[usage.group(1)] = (set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*|-X)\b", cells[0])), cells[-1])
+    return rows
+
+
+def test_the_contract_lists_every_command_with_every_flag():
+    documented, actual = contract_commands(), subcommands()
+    assert set(documented) == set(actual)
+    for name, command in actual.items():
+        assert documented[name][0] == flags(command), f"contract.md, ingest {name}: flags"
+
+
+def test_the_contract_states_the_exit_codes_the_cli_returns():
+    codes = {str(code) for code in (cli.OK, cli.CHECK_FAILED, cli.BAD_INPUT, 130)}
+    for name, (_, exits) in contract_commands().items():
+        stated = set(re.findall(r"\b\d+\b", exits))
+        assert stated and stated <= codes, f"contract.md, ingest {name}: exit {exits!r}"
+    summary = re.search(r"Exit codes: (.*?)\n\n", CONTRACT.read_text(), re.DOTALL).group(1)
+    assert f"{cli.OK} " in summary and f"{cli.CHECK_FAILED} " in summary and f"{cli.BAD_INPUT} " in summary
+
+
+def markdown(page: Path) -> str:
+    """A page's text; a notebook's markdown cells."""
+    if page.suffix != ".ipynb":
+        return page.read_text()
+    cells = json.loads(page.read_text())["cells"]
+    return "\n\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown") + "\n"
+
+
+def shell_commands(page: Path) -> list[str]:
+    """`ingest ...` lines of the page's sh/bash blocks, continuation lines joined, comments cut."""
+    lines = []
+    for language, block in FENCE.findall(markdown(page)):
+        if language not in ("sh", "bash", "shell", "console"):
+            continue
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.strip().removeprefix("$ ")
+            for part in re.split(r"&&|;|\|", line.split(" #", 1)[0]):
+                words = part.strip()
+                if re.match(r"(\S*/)?ingest\s", words + " ") and not words.startswith("ingest/"):
+                    lines.append(words)
+    return lines
+
+
+@pytest.mark.parametrize("page", PAGES + NOTEBOOKS, ids=page_id)
+def test_every_command_in_a_shell_block_parses(page):
+    parser = cli.build_parser()
+    for line in shell_commands(page):
+        words = shlex.split(line)[1:]
+        try:
+            parser.parse_args(words)
+        except SystemExit as error:
+            pytest.fail(f"{page.name}: `{line}` does not parse (exit {error.code})")
