@@ -14,6 +14,17 @@ real crash. Read once at start; with INGEST_FAULT unset a point is one `is None`
 A variable left behind must not kill a production job, so INGEST_FAULT arms
 nothing unless INGEST_FAULT_CONFIRM=crash is set as well; armed or refused,
 `warning()` says so, and the faces print it loudly.
+
+A second action, for tests that run the pipeline in their own process:
+`raising(point, batch)` arms a point for the length of a with-block to raise
+`InjectedFault` instead of killing (still only with INGEST_FAULT_CONFIRM=crash).
+foreachBatch runs in the driver's Python process, so the raise fails the query
+there, before Spark writes the batch's commit file: what is durable afterwards
+(the Delta logs, the checkpoint's offsets without the batch's commit) is what a
+SIGKILL at the same point leaves, for before_dead_letter, after_dead_letter,
+after_target_commit and between_tables, each a point between two commits.
+during_merge is not: a kill there lands inside Delta's commit, which a raise
+around it cannot imitate, so it stays SIGKILL only (the subprocess harnesses).
 """
 
 from __future__ import annotations
@@ -22,7 +33,7 @@ import os
 import signal
 import threading
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator
 
 from ingest.errors import IngestError
@@ -37,11 +48,16 @@ class FaultSpecError(IngestError):
     """INGEST_FAULT is not of the documented form."""
 
 
+class InjectedFault(RuntimeError):
+    """The raise a fault point armed with action "raise" throws (tests only)."""
+
+
 @dataclass(frozen=True)
 class Fault:
     point: str
     batch: int | None = None
     after_ms: int = 300
+    action: str = field(default="kill", repr=False)  # kill: SIGKILL (INGEST_FAULT); raise: `raising`
 
 
 def parse(text: str | None) -> Fault | None:
@@ -56,7 +72,7 @@ def parse(text: str | None) -> Fault | None:
         if key not in ("batch", "after_ms") or not value.isdigit():
             raise FaultSpecError(f"INGEST_FAULT: {param!r} is not batch=N or after_ms=N")
         values[key] = int(value)
-    return Fault(name, **values)
+    return Fault(name, batch=values.get("batch"), after_ms=values.get("after_ms", Fault.after_ms))
 
 
 def confirmed(environ=os.environ) -> bool:
@@ -93,6 +109,8 @@ def arm(spark) -> None:
 
 
 def _crash() -> None:
+    if _FAULT is not None and _FAULT.action == "raise":
+        raise InjectedFault(f"injected fault at {_FAULT.point} (batch {_FAULT.batch})")
     if _jvm_pid is not None:
         os.kill(_jvm_pid, signal.SIGKILL)
     os.kill(os.getpid(), signal.SIGKILL)
@@ -105,6 +123,23 @@ def _due(point: str, batch_id: int) -> bool:
 def point(name: str, batch_id: int) -> None:
     if _FAULT is not None and _due(name, batch_id):
         _crash()
+
+
+@contextmanager
+def raising(name: str, batch: int | None = None) -> Iterator[None]:
+    """Arm `name` to raise InjectedFault in this process for the with-block's length
+    (at batch `batch`, or the first batch to reach it); needs INGEST_FAULT_CONFIRM=crash."""
+    global _FAULT
+    if name not in POINTS or name == "during_merge":
+        raise FaultSpecError(f"raising: {name!r} is not a point a raise can stand in for a kill at; "
+                             f"expected one of {', '.join(p for p in POINTS if p != 'during_merge')}")
+    if not confirmed():
+        raise FaultSpecError(f"raising({name!r}) arms a fault point: set {CONFIRM_VARIABLE}={CONFIRM_VALUE}")
+    saved, _FAULT = _FAULT, Fault(name, batch, action="raise")
+    try:
+        yield
+    finally:
+        _FAULT = saved
 
 
 @contextmanager
