@@ -22,6 +22,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, LongType, MapType, StringType, StructField, StructType
 
+from ingest.batch.connect_types import Field, convert
 from ingest.batch.decode import RAW, RAW_FIELDS, REASON, STAGE
 from ingest.batch.schema_decode import SchemaUnavailable
 from ingest.spec.model import Cdc
@@ -33,6 +34,8 @@ DELETE = "d"
 TOMBSTONE_REASON = "tombstone (a key with a null value): the delete before it again, a no-op"
 _CORRUPT = "__corrupt"
 _UNPARSED = "__unparsed"
+_ROW_SCHEMA = "__row_schema"
+_LEGACY_TOMBSTONE = r'^\s*\{\s*"schema"\s*:\s*null\s*,\s*"payload"\s*:\s*null\s*\}\s*$'
 
 
 class EnvelopeSchemaError(SchemaUnavailable):
@@ -49,11 +52,12 @@ def decode_envelope(raw: DataFrame, cdc: Cdc, row) -> DataFrame:
                                               _parse_schema(row),
                                               {"columnNameOfCorruptRecord": _CORRUPT}).alias("p"))
     envelope = parsed.select(RAW, F.col("p").isNull().alias(_UNPARSED),
-                             F.col(f"p.{_CORRUPT}").alias(_CORRUPT), _unwrapped().alias("e"))
+                             F.col(f"p.{_CORRUPT}").alias(_CORRUPT), _unwrapped().alias("e"),
+                             _row_schema().alias(_ROW_SCHEMA))
     unreadable = [(F.col(_UNPARSED), F.lit("not a JSON object")),
                   (F.col(_CORRUPT).isNotNull(),
-                   F.lit("malformed JSON or a value of the wrong type for the envelope or source.schema"))]
-    return _changes(envelope, cdc, row, unreadable)
+                   F.lit("malformed JSON or a value of the wrong type for the envelope"))]
+    return _changes(envelope, cdc, row, unreadable, typed=True)
 
 
 def _avro_envelope(with_raw: DataFrame, cdc: Cdc, decoder) -> DataFrame:
@@ -83,21 +87,55 @@ def envelope_row(columns: StructType) -> StructType:
     return row
 
 
-def _changes(envelope: DataFrame, cdc: Cdc, row: StructType, unreadable: list) -> DataFrame:
-    """From RAW and the envelope `e`: the change's row, op and sequence, or why not."""
+def _changes(envelope: DataFrame, cdc: Cdc, row: StructType, unreadable: list,
+             typed: bool = False) -> DataFrame:
+    """From RAW and the envelope `e`: the change's row, op and sequence, or why not. `typed`:
+    the image holds each column's JSON text, converted here by its Connect encoding."""
     op = F.col("e.op")
     image = F.when(op == DELETE, F.col("e.before")).otherwise(F.col("e.after"))
-    columns = [image[f.name].alias(f.name) for f in row.fields]
-    sequence = sequence_column(cdc, row)
-    reason = _failure(cdc, row, sequence, unreadable)
-    stage = (F.when(F.col(f"{RAW}.value").isNull(), F.lit("filtered"))
+    if typed:
+        converted = [convert(_field(image, f.name), f.dataType, cdc.encodings.get(f.name))
+                     for f in row.fields]
+        values = {f.name: c.value for f, c in zip(row.fields, converted, strict=True)}
+        column_reasons = [c.reason for c in converted]
+    else:
+        values = {f.name: image[f.name] for f in row.fields}
+        column_reasons = []
+    columns = [values[f.name].alias(f.name) for f in row.fields]
+    sequence = sequence_column(cdc, row, values)
+    reason = _failure(cdc, row, sequence, unreadable, column_reasons)
+    stage = (F.when(is_tombstone(), F.lit("filtered"))
              .when(reason.isNotNull(), F.lit("decode")))
     return envelope.select(RAW, stage.alias(STAGE), reason.alias(REASON), *columns,
                            sequence.alias(SEQUENCE), op.alias(OP))
 
 
+def is_tombstone(value: Column | None = None) -> Column:
+    """A null value, or the JSON converter's tombstone from before KAFKA-3832
+    (`{"schema":null,"payload":null}`): the delete before it again."""
+    value = F.col(f"{RAW}.value") if value is None else value
+    return value.isNull() | value.cast("string").rlike(_LEGACY_TOMBSTONE)
+
+
+def _row_schema() -> Column:
+    """The `{schema, payload}` wrapper's fields of `after` (or `before`): each column's type,
+    logical name and parameters; null without the wrapper."""
+    fields = F.col("p.schema.fields")
+
+    def image_fields(name: str) -> Column:
+        return F.get(F.filter(fields, lambda f: f["field"] == name), 0)["fields"]
+    return F.coalesce(image_fields("after"), image_fields("before"))
+
+
+def _field(image: Column, name: str) -> Field:
+    described = F.get(F.filter(F.col(_ROW_SCHEMA), lambda f: f["field"] == name), 0)
+    return Field(name, image[name], described["name"], described["type"],
+                 F.try_element_at(described["parameters"], F.lit("scale")))
+
+
 def _envelope_fields(row: StructType) -> list[StructField]:
-    nullable_row = StructType([StructField(f.name, f.dataType, True) for f in row.fields])
+    # every column as its JSON text: connect_types converts it by its encoding
+    nullable_row = StructType([StructField(f.name, StringType(), True) for f in row.fields])
     return [StructField("before", nullable_row), StructField("after", nullable_row),
             StructField("op", StringType()), StructField("ts_ms", LongType()),
             StructField("source", MapType(StringType(), StringType()))]
@@ -105,8 +143,13 @@ def _envelope_fields(row: StructType) -> list[StructField]:
 
 def _parse_schema(row: StructType) -> StructType:
     fields = _envelope_fields(row)
+    described = StructType([StructField("field", StringType()), StructField("type", StringType()),
+                            StructField("name", StringType()),
+                            StructField("parameters", MapType(StringType(), StringType()))])
+    schema = StructType([StructField("fields", ArrayType(StructType([
+        StructField("field", StringType()), StructField("fields", ArrayType(described))])))])
     return StructType([*fields, StructField("payload", StructType(fields)),
-                       StructField(_CORRUPT, StringType())])
+                       StructField("schema", schema), StructField(_CORRUPT, StringType())])
 
 
 def _unwrapped() -> Column:
@@ -116,7 +159,7 @@ def _unwrapped() -> Column:
     return F.when(F.col("p.payload").isNotNull(), F.col("p.payload")).otherwise(bare)
 
 
-def sequence_column(cdc: Cdc, row: StructType) -> Column:
+def sequence_column(cdc: Cdc, row: StructType, values: dict[str, Column]) -> Column:
     """The change's order: an envelope path (integers) or a row column (its own type)."""
     name = cdc.sequence
     if name is None:
@@ -125,8 +168,7 @@ def sequence_column(cdc: Cdc, row: StructType) -> Column:
         return F.col("e.ts_ms")
     if name.startswith("source."):
         return F.col("e.source")[name[len("source."):]].cast("bigint")
-    image = F.when(F.col("e.op") == DELETE, F.col("e.before")).otherwise(F.col("e.after"))
-    return image[name]
+    return values[name]
 
 
 def sequence_name(cdc: Cdc) -> str:
@@ -134,7 +176,8 @@ def sequence_name(cdc: Cdc) -> str:
     return cdc.sequence or "source.lsn (or ts_ms where there is no lsn)"
 
 
-def _failure(cdc: Cdc, row: StructType, sequence: Column, unreadable: list) -> Column:
+def _failure(cdc: Cdc, row: StructType, sequence: Column, unreadable: list,
+             column_reasons: list[Column]) -> Column:
     """Why a change cannot be applied, naming the field; null when it can."""
     op = F.col("e.op")
     checks = [
@@ -151,13 +194,14 @@ def _failure(cdc: Cdc, row: StructType, sequence: Column, unreadable: list) -> C
                        F.lit(f"delete (op 'd') without the key: before.{key} is null")))
         checks.append(((op != DELETE) & F.col("e.after")[key].isNull(),
                        F.format_string(f"op '%s' without the key: after.{key} is null", op)))
+    checks.extend((reason.isNotNull(), reason) for reason in column_reasons)
     checks.append((sequence.isNull(), F.lit(f"null sequence: {sequence_name(cdc)} is missing or not "
                                             "a whole number" if _envelope(cdc) else
                                             f"null sequence: {cdc.sequence} is null")))
     reason = F.lit(None).cast("string")
     for failed, why in reversed(checks):
         reason = F.when(failed, why).otherwise(reason)
-    return F.when(F.col(f"{RAW}.value").isNotNull(), reason).otherwise(F.lit(TOMBSTONE_REASON))
+    return F.when(~is_tombstone(), reason).otherwise(F.lit(TOMBSTONE_REASON))
 
 
 def _envelope(cdc: Cdc) -> bool:

@@ -24,6 +24,7 @@ from ingest.spec import settings as conf
 from ingest.spec import template
 from ingest.spec.locations import path_key, table_key
 from ingest.spec.model import (
+    CDC_ENCODINGS,
     CDC_FORMATS,
     DELETES,
     FORMATS,
@@ -61,7 +62,7 @@ KAFKA_KEYS = ("bootstrap_servers", "topics", "pattern", "starting_offsets",
 TRANSFORM_KEYS = ("select", "where")
 TARGET_KEYS = ("path", "table", "mode", "order_by", "partition_by", "cluster_by", "dedup_horizon",
                "deletes", "history")
-CDC_KEYS = ("format", "key", "sequence")
+CDC_KEYS = ("format", "key", "sequence", "encodings")
 # `cdc.sequence` values that name the envelope rather than a row column
 ENVELOPE_SEQUENCES = ("ts_ms",)
 ENVELOPE_SOURCE_PREFIX = "source."
@@ -692,9 +693,29 @@ def _cdc(c: Check, raw: Any) -> Cdc | None:
             and not sequence[len(ENVELOPE_SOURCE_PREFIX):]:
         c.add("bad_value", "cdc.sequence", f"{sequence!r} names no field of source; expected "
               "source.<field>, e.g. source.lsn")
+    encodings = _cdc_encodings(c, values.get("encodings"))
     if c.failed(mark) or not key:
         return None
-    return Cdc(tuple(key), fmt, sequence)
+    return Cdc(tuple(key), fmt, sequence, frozen_map(encodings))
+
+
+def _cdc_encodings(c: Check, raw: Any) -> dict[str, str]:
+    """column -> Debezium encoding, for a bare payload whose column type cannot tell."""
+    if raw is None:
+        return {}
+    expected = "a mapping of column -> Debezium encoding, e.g. {orderdate: io.debezium.time.MicroTimestamp}"
+    if not isinstance(raw, dict):
+        c.wrong("cdc.encodings", raw, expected)
+        return {}
+    encodings = {}
+    for column, name in raw.items():
+        path = f"cdc.encodings.{column}"
+        if name not in CDC_ENCODINGS:
+            c.add("bad_value", path, f"{name!r} is not an encoding ingest reads; expected "
+                  f"{one_of(CDC_ENCODINGS)}")
+        else:
+            encodings[str(column)] = name
+    return encodings
 
 
 def _cdc_uid(c: Check, top: dict, cdc: Cdc | None) -> Uid | None:
@@ -864,6 +885,10 @@ def _columns(c: Check, source: Source, transform: Transform | None, uid: Uid, ta
         if columns[horizon.column] not in TIMESTAMP_TYPES:
             c.add("bad_column", "target.dedup_horizon.column", f"column {horizon.column!r} is "
                   f"{columns[horizon.column]}; expected a TIMESTAMP column")
+    for column in cdc.encodings if cdc else ():
+        if column not in columns:
+            c.add("bad_column", f"cdc.encodings.{column}", f"{column!r} is not a column of the "
+                  f"payload; expected one of {', '.join(columns)}{did_you_mean(column, list(columns))}")
     if transform is not None:
         return
     reserved = INGEST_COLUMNS + (CHANGE_COLUMNS if cdc or target.deletes != "soft"
@@ -1007,7 +1032,8 @@ def _kafka_document(kafka: KafkaSource) -> dict:
 def _cdc_document(cdc: Cdc | None) -> dict | None:
     if cdc is None:
         return None
-    return _drop_empty({"format": cdc.format, "key": list(cdc.key), "sequence": cdc.sequence})
+    return _drop_empty({"format": cdc.format, "key": list(cdc.key), "sequence": cdc.sequence,
+                        "encodings": dict(cdc.encodings)})
 
 
 def _uid_document(uid: Uid) -> dict:

@@ -138,6 +138,22 @@ class Cdc:
     key: tuple[str, ...]
     format: str = "debezium"
     sequence: str | None = None  # None: source.lsn where the record has one, else ts_ms
+    # column -> its Debezium encoding where the message does not say it (docs/cdc.md)
+    encodings: Mapping[str, str] = field(default_factory=frozen_map)
+
+
+# what `cdc.encodings` accepts: Kafka Connect's and Debezium's logical type names, and the
+# decimal modes `string` and `double` (batch/connect_types.py converts each)
+CDC_ENCODINGS = (
+    "org.apache.kafka.connect.data.Decimal", "io.debezium.data.VariableScaleDecimal", "string",
+    "double", "org.apache.kafka.connect.data.Timestamp", "io.debezium.time.Timestamp",
+    "io.debezium.time.MicroTimestamp", "io.debezium.time.NanoTimestamp",
+    "org.apache.kafka.connect.data.Date", "io.debezium.time.Date",
+    "org.apache.kafka.connect.data.Time", "io.debezium.time.Time", "io.debezium.time.MicroTime",
+    "io.debezium.time.NanoTime", "io.debezium.time.ZonedTimestamp", "io.debezium.time.ZonedTime",
+    "io.debezium.data.Json", "io.debezium.data.Uuid", "io.debezium.data.Enum",
+    "io.debezium.data.EnumSet", "io.debezium.data.Xml", "io.debezium.time.Year",
+    "io.debezium.data.Bits")
 
 
 @dataclass(frozen=True)
