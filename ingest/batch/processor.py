@@ -89,14 +89,22 @@ class BatchReport:
 
     def line(self) -> str:
         s, m = self.summary, self.merged
-        unchanged = s.unique - m.inserted - m.updated
+        unchanged = unchanged_count(s, m)
         stages = ", ".join(f"{k} {s.by_stage.get(k, 0)}" for k in dead_letter.FAILURE_STAGES)
         offsets = " ".join(f"{t}/{p}:{s.start_offsets[t][p]}-{end}"
                            for t, parts in sorted(s.end_offsets.items()) for p, end in sorted(parts.items()))
         return (f"{self.pipeline} batch {self.batch_id}: read {s.read}, merged {s.unique} "
-                f"(inserted {m.inserted}, updated {m.updated}, unchanged {unchanged}), "
+                f"(inserted {m.inserted}, updated {m.updated}, deleted {m.deleted}, "
+                f"unchanged {unchanged}), "
                 f"dead letters {s.dead_letters} ({stages}), filtered {s.by_stage.get('filtered', 0)}, "
                 f"{self.seconds:.1f}s, offsets {offsets}")
+
+
+def unchanged_count(s: BatchSummary, m: MergeResult) -> int:
+    """The batch's records that changed no row (already there, or older than the row). History's
+    MERGE also updates the versions a new one ends, so its writes can outnumber the records:
+    never below zero."""
+    return max(0, s.unique - m.inserted - m.updated - m.deleted)
 
 
 @dataclass

@@ -14,7 +14,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from ingest.batch.processor import BatchReport
+from ingest.batch.processor import BatchReport, unchanged_count
 from ingest.errors import IngestError
 from ingest.kafka import admin as kafka_admin
 from ingest.kafka.consumer_group import GroupMirror
@@ -46,7 +46,7 @@ class _Families:
         self.batches = counter("ingest_batches", "Micro-batches committed")
         self.read = counter("ingest_records_read", "Records read from Kafka")
         self.merged = counter("ingest_records_merged", "Unique records merged into the target, by result "
-                              "(inserted, updated, unchanged: already there)", ("pipeline", "result"))
+                              "(inserted, updated, deleted, unchanged: already there or older)", ("pipeline", "result"))
         self.dead = counter("ingest_records_dead_lettered", "Records written to the dead-letter table",
                             ("pipeline", "stage"))
         self.filtered = counter("ingest_records_filtered", "Records dropped by transform.where (counted)")
@@ -131,7 +131,7 @@ class Metrics:
         f.batches.labels(name).inc()
         f.read.labels(name).inc(s.read)
         for result, count in (("inserted", m.inserted), ("updated", m.updated),
-                              ("unchanged", max(0, s.unique - m.inserted - m.updated))):
+                              ("deleted", m.deleted), ("unchanged", unchanged_count(s, m))):
             f.merged.labels(name, result).inc(count)
         for stage in ("decode", "transform", "uid"):
             f.dead.labels(name, stage).inc(s.by_stage.get(stage, 0))
