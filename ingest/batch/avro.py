@@ -16,7 +16,8 @@ from __future__ import annotations
 import io
 import json
 import struct
-from datetime import time
+from datetime import date, datetime, time, timedelta, timezone
+from decimal import Decimal
 from typing import Any, Callable, cast
 from uuid import UUID
 
@@ -53,6 +54,21 @@ LOGICAL: dict[str, DataType] = {
 }
 
 
+# Debezium's AvroConverter marks its logical types with `connect.name` on plain longs, ints and
+# records, not with Avro's logicalType: read by the name, as the JSON path reads them
+_MICROS_PER = {"org.apache.kafka.connect.data.Timestamp": 1_000, "io.debezium.time.Timestamp": 1_000,
+               "io.debezium.time.MicroTimestamp": 1, "io.debezium.time.NanoTimestamp": 0}
+_TIMES = {"org.apache.kafka.connect.data.Time": 1_000, "io.debezium.time.Time": 1_000,
+          "io.debezium.time.MicroTime": 1, "io.debezium.time.NanoTime": 0}
+_DATES = ("org.apache.kafka.connect.data.Date", "io.debezium.time.Date")
+_VARIABLE_SCALE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
+CONNECT_TYPES: dict[str, DataType] = {
+    **{name: TimestampType() for name in _MICROS_PER}, **{name: DateType() for name in _DATES},
+    **{name: StringType() for name in _TIMES}, _VARIABLE_SCALE_DECIMAL: StringType()}
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MAX_DECIMAL_DIGITS = 38  # Spark's; Debezium writes precision 64 where the column has none
+
+
 class UnsupportedSchema(IngestError):
     """A reader schema this decoder cannot map to Spark columns (bad input: exit 2)."""
 
@@ -82,9 +98,11 @@ def spark_type(schema: Any, seen: tuple[str, ...]) -> DataType:
         if schema not in PRIMITIVES:
             raise UnsupportedSchema(f"Avro type {schema!r} is not supported here")
         return PRIMITIVES[schema]
+    if schema.get("connect.name") in CONNECT_TYPES:
+        return CONNECT_TYPES[schema["connect.name"]]
     logical = schema.get("logicalType")
     if logical == "decimal":
-        return DecimalType(int(schema["precision"]), int(schema.get("scale", 0)))
+        return DecimalType(min(int(schema["precision"]), _MAX_DECIMAL_DIGITS), int(schema.get("scale", 0)))
     if logical in LOGICAL:
         return LOGICAL[logical]
     kind = schema["type"]
@@ -166,7 +184,10 @@ class Reader:
         if data.tell() != len(payload):
             return None, (f"does not decode with {which}: {len(payload) - data.tell()} "
                           "byte(s) left over after the record")
-        return (self.fix(record) if self.fix else record), None
+        try:
+            return (self.fix(record) if self.fix else record), None
+        except ValueError as error:  # a value its column cannot hold (a year outside 1-9999, ...)
+            return None, f"does not decode with {which}: {error}"
 
     def _writer(self, schema_id: int) -> dict | None:
         if schema_id not in self._writers:
@@ -194,13 +215,18 @@ def _fixer(schema: Any) -> Callable[[Any], Any] | None:
         return None
     if schema.get("logicalType") in ("uuid", "time-millis", "time-micros"):
         return _leaf_to_text
+    connect = _connect_fixer(schema.get("connect.name"))
+    if connect is not None:
+        return connect
+    if schema.get("logicalType") == "decimal" and int(schema.get("precision", 0)) > _MAX_DECIMAL_DIGITS:
+        return _within_38_digits
     kind = schema.get("type")
     if kind == "record":
         fixes = {f["name"]: fix for f in schema["fields"] if (fix := _fixer(f["type"]))}
         if not fixes:
             return None
         return lambda record: record if record is None else {
-            **record, **{name: fix(record[name]) for name, fix in fixes.items()}}
+            **record, **{name: _named(name, fix, record[name]) for name, fix in fixes.items()}}
     if kind == "array":
         fix = _fixer(schema["items"])
         return (lambda items: items if items is None else [fix(i) for i in items]) if fix else None
@@ -209,6 +235,61 @@ def _fixer(schema: Any) -> Callable[[Any], Any] | None:
         return (lambda values: values if values is None else
                 {k: fix(v) for k, v in values.items()}) if fix else None
     return None
+
+
+def _named(name: str, fix: Callable[[Any], Any], value: Any) -> Any:
+    try:
+        return fix(value)
+    except ValueError as error:
+        raise ValueError(f"column {name}: {error}") from None
+
+
+def _connect_fixer(name: str | None) -> Callable[[Any], Any] | None:
+    if name in _MICROS_PER:
+        per = _MICROS_PER[name]
+        return lambda v: v if v is None or isinstance(v, datetime) else _instant(v, per, name)
+    if name in _TIMES:
+        per = _TIMES[name]
+        return lambda v: v if v is None or isinstance(v, str) else _time_of_day(v, per, name)
+    if name in _DATES:
+        return lambda v: v if v is None or isinstance(v, date) else _day(v, name)
+    if name == _VARIABLE_SCALE_DECIMAL:
+        return lambda v: v if v is None else str(Decimal(int.from_bytes(
+            v["value"], "big", signed=True)).scaleb(-int(v["scale"])))
+    return None
+
+
+def _micros(value: int, per: int) -> int:
+    """per: microseconds in the unit; 0 for nanoseconds (truncated to Spark's microseconds)."""
+    return value // 1_000 if per == 0 else value * per
+
+
+def _instant(value: int, per: int, name: str) -> datetime:
+    try:
+        return _EPOCH + timedelta(microseconds=_micros(value, per))
+    except OverflowError:
+        raise ValueError(f"value {value} is outside years 1-9999 as {name}") from None
+
+
+def _time_of_day(value: int, per: int, name: str) -> str:
+    micros = _micros(value, per)
+    if not 0 <= micros <= 86_400_000_000:
+        raise ValueError(f"value {value} is not a time of day as {name}")
+    seconds, fraction = divmod(micros, 1_000_000)
+    return f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}.{fraction:06d}"
+
+
+def _day(value: int, name: str) -> date:
+    try:
+        return date(1970, 1, 1) + timedelta(days=value)
+    except OverflowError:
+        raise ValueError(f"value {value} is outside years 1-9999 as {name}") from None
+
+
+def _within_38_digits(value: Any) -> Any:
+    if isinstance(value, Decimal) and len(value.as_tuple().digits) > _MAX_DECIMAL_DIGITS:
+        raise ValueError(f"value {value} has more than {_MAX_DECIMAL_DIGITS} digits")
+    return value
 
 
 def _leaf_to_text(value: Any) -> Any:

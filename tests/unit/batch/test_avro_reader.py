@@ -92,3 +92,51 @@ def test_uuids_become_text():
     value = "0b6a4c9e-8d6f-4b53-9d0a-5f1e2c3d4e5f"
     assert avro.Reader(json.dumps(schema), {1: json.dumps(schema)}).read(
         framed(1, schema, {"u": value})) == ({"u": value}, None)
+
+
+# Debezium's AvroConverter: Connect's logical types as `connect.name` on plain longs, ints and
+# records (issue 28), a Decimal's precision 64 where the column declares none
+DEBEZIUM_ROW = {"type": "record", "name": "Value", "namespace": "dbserver1.inventory.purchaseorder",
+                "fields": [
+    {"name": "id", "type": "int"},
+    {"name": "orderdate", "type": ["null", {"type": "long", "connect.version": 1,
+                                            "connect.name": "io.debezium.time.MicroTimestamp"}]},
+    {"name": "shipdate", "type": ["null", {"type": "int", "connect.version": 1,
+                                           "connect.name": "io.debezium.time.Date"}]},
+    {"name": "shiptime", "type": ["null", {"type": "long", "connect.version": 1,
+                                           "connect.name": "io.debezium.time.MicroTime"}]},
+    {"name": "total", "type": ["null", {"type": "bytes", "scale": 2, "precision": 64,
+                                        "connect.version": 1, "connect.parameters": {"scale": "2"},
+                                        "connect.name": "org.apache.kafka.connect.data.Decimal",
+                                        "logicalType": "decimal"}]},
+    {"name": "ratio", "type": ["null", {"type": "record", "name": "VariableScaleDecimal",
+                                        "namespace": "io.debezium.data", "connect.version": 1,
+                                        "connect.name": "io.debezium.data.VariableScaleDecimal",
+                                        "fields": [{"name": "scale", "type": "int"},
+                                                   {"name": "value", "type": "bytes"}]}]}]}
+
+
+def test_debezium_connect_names_become_spark_types_and_values():
+    from datetime import date, datetime, timezone
+    from decimal import Decimal
+
+    from pyspark.sql.types import DateType, DecimalType, StringType, TimestampType
+
+    types = {f.name: f.dataType for f in avro.spark_schema(avro.parse(json.dumps(DEBEZIUM_ROW))).fields}
+    assert types["orderdate"] == TimestampType() and types["shipdate"] == DateType()
+    assert types["shiptime"] == StringType() and types["ratio"] == StringType()
+    assert types["total"] == DecimalType(38, 2)
+    read = avro.Reader(json.dumps(DEBEZIUM_ROW), {7: json.dumps(DEBEZIUM_ROW)})
+    record, why = read.read(framed(7, DEBEZIUM_ROW, {
+        "id": 1, "orderdate": 1548936781000000, "shipdate": 17927, "shiptime": 45181000001,
+        "total": Decimal("-39.98"), "ratio": {"scale": 3, "value": (-12345).to_bytes(2, "big", signed=True)}}))
+    assert why is None
+    assert record == {"id": 1, "orderdate": datetime(2019, 1, 31, 12, 13, 1, tzinfo=timezone.utc),
+                      "shipdate": date(2019, 1, 31), "shiptime": "12:33:01.000001",
+                      "total": Decimal("-39.98"), "ratio": "-12.345"}
+    record, why = read.read(framed(7, DEBEZIUM_ROW, {
+        "id": 2, "orderdate": 253402300800000000, "shipdate": None, "shiptime": None, "total": None,
+        "ratio": None}))
+    assert record is None
+    assert why == ("does not decode with schema id 7: column orderdate: value 253402300800000000 is "
+                   "outside years 1-9999 as io.debezium.time.MicroTimestamp")
