@@ -865,30 +865,28 @@ def add_verify(commands, environment: argparse.ArgumentParser) -> None:
 def verify_command(args) -> int:
     pipeline = read_pipeline(args.file, settings=load_settings(args.env, args.conf_dir)).pipeline
     _need_spark()
-    from ingest.audit.verify import verify
-    from ingest.audit.verify_changes import verify_changes
+    from ingest.audit.dispatch import verify_pipeline
     from ingest.errors import IngestError
     from ingest.platform.session import get_session
 
-    report: Any
     try:
-        if pipeline.cdc is not None:
-            report = verify_changes(get_session("ingest-verify"), pipeline)
-        elif is_per_topic(pipeline):
-            from ingest.audit.per_table import verify_per_table
-
-            report = verify_per_table(get_session("ingest-verify"), pipeline)
-        else:
-            report = verify(get_session("ingest-verify"), pipeline)
+        report = verify_pipeline(get_session("ingest-verify"), pipeline)
     except IngestError as error:  # broker down or refusing us
         print(f"error: {mask(str(error), pipeline.secret_values)}", file=sys.stderr)
         return CHECK_FAILED
-    render = (lambda r: render_per_table(r, render_verify)) if is_per_topic(pipeline) else render_verify
-    if pipeline.cdc is not None:
-        render = render_verify_changes
-    text = _json(report.to_dict()) if args.json else render(report)
+    text = _json(report.to_dict()) if args.json else render_any_verify(report)
     print(mask(text, pipeline.secret_values))
     return OK if report.ok else CHECK_FAILED
+
+
+def render_any_verify(report) -> str:
+    """The report `dispatch.verify_pipeline` gave: per table, of changes, or of records."""
+    from ingest.audit.per_table import PerTableReport
+    from ingest.audit.verify_changes import ChangesReport
+
+    if isinstance(report, PerTableReport):
+        return render_per_table(report, render_any_verify)
+    return render_verify_changes(report) if isinstance(report, ChangesReport) else render_verify(report)
 
 
 def render_verify(report) -> str:

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ingest.audit.status import WARNING, Finding, StatusReport, status
-from ingest.audit.verify import VerifyReport, verify
+from ingest.audit.verify import VerifyReport
+from ingest.audit.verify_changes import ChangesReport
 from ingest.errors import IngestError
 from ingest.kafka import admin as kafka_admin
 from ingest.run.checkpoint import read_state
@@ -23,7 +24,7 @@ from ingest.spec.model import Pipeline
 class TableReport:
     table: str
     topics: tuple[str, ...]
-    report: StatusReport | VerifyReport
+    report: StatusReport | VerifyReport | ChangesReport
 
 
 @dataclass(frozen=True)
@@ -81,8 +82,11 @@ def _nothing_read_yet(report: StatusReport) -> StatusReport:
 
 
 def verify_per_table(spark, pipeline: Pipeline) -> PerTableReport:
+    """Each table by the audit that fits it (`dispatch.verify_table`: cdc or not)."""
+    from ingest.audit.dispatch import verify_table  # it dispatches here: imported when called
+
     kafka_admin.check_reachable(pipeline.source.kafka)
     topics, _ = _topics(spark, pipeline)
-    tables = [TableReport(table, group, verify(spark, one, only_topics=group))
+    tables = [TableReport(table, group, verify_table(spark, one, only_topics=group))
               for table, group, one in table_pipelines(pipeline, topics)]
     return PerTableReport(pipeline.name, tuple(tables))

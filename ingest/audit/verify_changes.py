@@ -56,7 +56,9 @@ class ChangesReport:
         return {**asdict(self), "ok": self.ok}
 
 
-def verify_changes(spark, pipeline: Pipeline) -> ChangesReport:
+def verify_changes(spark, pipeline: Pipeline, only_topics: tuple[str, ...] | None = None) -> ChangesReport:
+    """`only_topics`: one table of a pipeline with a table per topic, whose dead-letter
+    table may be shared."""
     kafka_admin.check_reachable(pipeline.source.kafka)
     exists = table_exists(spark, pipeline.target)
     changes = _changes(spark, pipeline, read_topic(spark, pipeline), exists).persist()

@@ -1,0 +1,28 @@
+"""The audit that fits a pipeline, for `ingest verify` and `ingest.verify` alike (the
+contract says the API gives the command's report): the change audit for `cdc`, the
+record audit otherwise, and for a table per topic, the fitting one per table."""
+
+from __future__ import annotations
+
+from ingest.audit.per_table import PerTableReport, verify_per_table
+from ingest.audit.verify import VerifyReport, verify
+from ingest.audit.verify_changes import ChangesReport, verify_changes
+from ingest.spec.model import Pipeline
+from ingest.spec.template import is_per_topic
+
+AnyReport = VerifyReport | ChangesReport | PerTableReport
+
+
+def verify_pipeline(spark, pipeline: Pipeline) -> AnyReport:
+    if is_per_topic(pipeline):
+        return verify_per_table(spark, pipeline)
+    return verify_table(spark, pipeline)
+
+
+def verify_table(spark, pipeline: Pipeline, only_topics: tuple[str, ...] | None = None
+                 ) -> VerifyReport | ChangesReport:
+    """One table: `only_topics` for a table of a per-topic pipeline, whose checkpoint
+    and dead letters may be shared with the other tables."""
+    if pipeline.cdc is not None:
+        return verify_changes(spark, pipeline, only_topics)
+    return verify(spark, pipeline, only_topics)
