@@ -6,7 +6,9 @@ once the cause is fixed.
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
+from typing import Mapping
+
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from ingest.batch import ledger
@@ -18,14 +20,20 @@ from ingest.spec.model import DeadLetter
 FAILURE_STAGES = ("decode", "transform", "uid")
 
 COLUMNS = ("_topic", "_partition", "_offset", "_kafka_timestamp", "key", "value", "headers",
-           "stage", "reason", "pipeline", "batch_id", "_ingested_at")
+           "stage", "reason", "pipeline", "batch_id", "_ingested_at", "_topic_id")
 
 # A record's identity in the dead letters: where it is in Kafka, and which pipeline failed it.
+# A topic deleted and created again under the same name reuses offsets: its id tells the two
+# apart. A row without one (written before ids were, or none known) matches either.
 KEY = ("pipeline", "_topic", "_partition", "_offset")
+TOPIC_ID = "_topic_id"
+_SAME_TOPIC = f"(t.{TOPIC_ID} = s.{TOPIC_ID} OR t.{TOPIC_ID} IS NULL OR s.{TOPIC_ID} IS NULL)"
 
 
-def dead_letters(staged: DataFrame, pipeline: str, batch_id: int) -> DataFrame:
-    """The batch's failed records in the dead-letter table's shape."""
+def dead_letters(staged: DataFrame, pipeline: str, batch_id: int,
+                 topic_ids: Mapping[str, str] | None = None) -> DataFrame:
+    """The batch's failed records in the dead-letter table's shape; `topic_ids`: each
+    topic's id (`kafka.admin.topic_ids`)."""
     failed = staged.where(F.col(STAGE).isin(*FAILURE_STAGES))
     return failed.select(
         F.col(f"{RAW}.topic").alias("_topic"),
@@ -40,24 +48,49 @@ def dead_letters(staged: DataFrame, pipeline: str, batch_id: int) -> DataFrame:
         F.lit(pipeline).alias("pipeline"),
         F.lit(batch_id).cast("long").alias("batch_id"),
         F.current_timestamp().alias("_ingested_at"),
+        _topic_id(topic_ids, F.col(f"{RAW}.topic")).alias(TOPIC_ID),
     )
 
 
-def write(rows: DataFrame, table: DeadLetter, txn: Txn) -> None:
-    """MERGE on the Kafka coordinates, under the batch's txn id.
+def _topic_id(topic_ids: Mapping[str, str] | None, topic: Column) -> Column:
+    if not topic_ids:
+        return F.lit(None).cast("string")
+    return F.create_map(*[F.lit(part) for pair in sorted(topic_ids.items()) for part in pair])[topic]
+
+
+def write(rows: DataFrame, table: DeadLetter, txn: Txn, widen_lost: bool = False) -> None:
+    """MERGE on the Kafka coordinates and topic id, under the batch's txn id.
 
     The target's ledger alone says how far the pipeline got (`run.recovery`), so
     after a crash between this commit and the target's, and a lost checkpoint,
     the batch is read again under a new app id: the txn id cannot skip it here,
-    the coordinates do. A record already dead-lettered is never written twice."""
+    the coordinates do. A record already dead-lettered is never written twice.
+
+    `widen_lost`: a lost range found again with a further end replaces the reason of
+    the row at its first offset (the txn version, the range's end, lets only a
+    wider range through)."""
     from delta.tables import DeltaTable
 
     session = rows.sparkSession
     _create_if_missing(session, table, rows)
     located = DeltaTable.forName(session, table.table) if table.table else DeltaTable.forPath(session, table.path)
-    condition = " AND ".join(f"t.{column} = s.{column}" for column in KEY)
+    _add_topic_id_if_missing(session, table, located)
+    condition = " AND ".join([f"t.{column} = s.{column}" for column in KEY] + [_SAME_TOPIC])
     with ledger.txn_settings(session, txn):
-        located.alias("t").merge(rows.alias("s"), condition).whenNotMatchedInsertAll().execute()
+        merge = located.alias("t").merge(rows.alias("s"), condition)
+        if widen_lost:
+            merge = merge.whenMatchedUpdate("t.stage = s.stage", {
+                "reason": "s.reason", "_ingested_at": "s._ingested_at", TOPIC_ID: f"s.{TOPIC_ID}"})
+        merge.whenNotMatchedInsertAll().execute()
+
+
+def _add_topic_id_if_missing(session, table: DeadLetter, located) -> None:
+    """A table created before dead letters carried the topic id gets the column (null in
+    its rows, which then match by coordinates alone)."""
+    if TOPIC_ID in located.toDF().columns:
+        return
+    name = table.table or f"delta.`{table.path}`"
+    session.sql(f"ALTER TABLE {name} ADD COLUMNS ({TOPIC_ID} STRING)")
 
 
 def _create_if_missing(session, table: DeadLetter, rows: DataFrame) -> None:

@@ -133,8 +133,13 @@ def _table(session, location: str, is_table: bool):
 
 
 def history_entries(session, location: str, is_table: bool, pipeline: str, limit: int | None = None,
-                    live_only: bool = True):
+                    live_only: bool = True, topic_ids: Mapping[str, str] | None = None,
+                    current_topics: bool = True):
     """(version, entry) of this pipeline's commits in a Delta table, newest first.
+
+    `current_topics`: what an entry recorded for a topic under another topic id than the
+    current one is left out of it (`of_current_topics`); the current id is the one in
+    `topic_ids` (the broker's), else the newest entry's that names the topic.
 
     `live_only`: only the commits whose effect is still in the table's current
     version. A RESTORE to version v undoes the commits after v and before itself;
@@ -150,7 +155,37 @@ def history_entries(session, location: str, is_table: bool, pipeline: str, limit
         entry = parse_metadata(row.userMetadata)
         if entry and entry.get("pipeline") == pipeline:
             entries.append((row.version, entry))
-    return entries
+    if not current_topics:
+        return entries
+    return of_current_topics(entries, topic_ids or newest_topic_ids(entries))
+
+
+def newest_topic_ids(entries) -> dict[str, str]:
+    """topic -> the id the newest entry (of entries newest first) naming it recorded."""
+    ids: dict[str, str] = {}
+    for _, entry in entries:
+        for topic, recorded in (entry.get("topic_ids") or {}).items():
+            ids.setdefault(topic, recorded)
+    return ids
+
+
+_PER_TOPIC = ("end_offsets", "start_offsets", "origin", "topic_ids")  # an entry's keys that map topics
+
+
+def of_current_topics(entries, topic_ids: Mapping[str, str]) -> list:
+    """The entries without what they recorded for a topic under another topic id than its
+    current one: a topic deleted and created again under the same name starts again at
+    offset 0, and the old topic's offsets, origin and ranges say nothing about the new one.
+    An entry without ids (written before they were recorded) is kept whole."""
+    kept = []
+    for version, entry in entries:
+        stale = {t for t, recorded in (entry.get("topic_ids") or {}).items()
+                 if t in topic_ids and topic_ids[t] != recorded}
+        if stale:
+            entry = {**entry, **{key: {t: v for t, v in entry[key].items() if t not in stale}
+                                 for key in _PER_TOPIC if isinstance(entry.get(key), dict)}}
+        kept.append((version, entry))
+    return kept
 
 
 def live_commits(rows) -> list:
@@ -246,22 +281,53 @@ def check_replay(session, location: str, is_table: bool, pipeline: str, txn: Txn
     silent loss when the checkpoint's offset log was reset, or an older copy of it
     restored, while its `metadata` (the query id, hence the app id) was kept: Spark
     then numbers new ranges with ids the table has seen."""
-    recorded = next((entry for _, entry in history_entries(session, location, is_table, pipeline,
-                                                            live_only=False)
-                     if entry.get("app_id") == txn.app_id and entry.get("batch_id") == txn.version), None)
-    if recorded is None or "start_offsets" not in recorded:
+    recorded = _recorded_entry(session, location, is_table, pipeline, txn)
+    if recorded is None or "start_offsets" not in recorded or _same_range(recorded, start, end):
         return  # committed before the ledger recorded planned ranges: nothing exact to compare
-    same_start = start is None or entry_offsets(recorded, "start_offsets") == start  # None: log purged
-    if same_start and entry_offsets(recorded) == end:
-        return
     raise ReplayMismatch(
         f"{pipeline}: batch {txn.version} was already committed to {location} under app id {txn.app_id} "
-        f"with offsets {_describe(entry_offsets(recorded, 'start_offsets'), entry_offsets(recorded))}, "
-        f"but this run planned {_describe(start, end)} for it. The checkpoint's offsets/ and commits/ "
-        f"were reset, or an older copy of the checkpoint restored, while its metadata (the query id) "
-        f"was kept; Delta would skip this batch and its records would be lost. Delete the whole "
-        f"checkpoint folder: the next run resumes from the offsets recorded in {location} with a "
-        f"new app id.")
+        f"with offsets {_recorded_range(recorded)}, but this run planned {_describe(start, end)} for it. "
+        f"The checkpoint's offsets/ and commits/ were reset, or an older copy of the checkpoint restored, "
+        f"while its metadata (the query id) was kept; Delta would skip this batch and its records would "
+        f"be lost. Delete the whole checkpoint folder: the next run resumes from the offsets recorded in "
+        f"{location} with a new app id.")
+
+
+def check_skipped(session, location: str, is_table: bool, pipeline: str, txn: Txn,
+                  start: Offsets | None, end: Offsets) -> None:
+    """Delta skipped this batch's MERGE: its txn version was committed while this run went on.
+
+    Only another copy on the same checkpoint commits under this app id, and on an object
+    store (no lease, no exclusive offset log) it may have planned another range for the
+    batch id: skipped, this copy's records of the range would be lost once its checkpoint
+    moves past them. The same range (a copy that replayed the very batch) is no loss."""
+    recorded = _recorded_entry(session, location, is_table, pipeline, txn)
+    if recorded is not None and (_same_range(recorded, start, end) if "start_offsets" in recorded
+                                 else entry_offsets(recorded) == end):
+        return
+    found = f"with offsets {_recorded_range(recorded)}" if recorded else "(its ledger entry is gone)"
+    raise ReplayMismatch(
+        f"{pipeline}: batch {txn.version} was committed to {location} under app id {txn.app_id} by "
+        f"another copy of the pipeline while this one ran, {found}; this copy planned "
+        f"{_describe(start, end)} for it, and Delta skipped its MERGE. This copy stops before its "
+        f"checkpoint moves past those offsets, so none of their records is lost. Two copies run on one "
+        f"checkpoint: stop every copy, delete the whole checkpoint folder and start one copy; it "
+        f"resumes from the offsets recorded in {location}.")
+
+
+def _recorded_entry(session, location: str, is_table: bool, pipeline: str, txn: Txn) -> dict | None:
+    return next((entry for _, entry in history_entries(session, location, is_table, pipeline,
+                                                        live_only=False, current_topics=False)
+                 if entry.get("app_id") == txn.app_id and entry.get("batch_id") == txn.version), None)
+
+
+def _same_range(recorded: dict, start: Offsets | None, end: Offsets) -> bool:
+    same_start = start is None or entry_offsets(recorded, "start_offsets") == start  # None: log purged
+    return same_start and entry_offsets(recorded) == end
+
+
+def _recorded_range(recorded: dict) -> str:
+    return _describe(entry_offsets(recorded, "start_offsets"), entry_offsets(recorded) or {})
 
 
 def _describe(start: Offsets | None, end: Offsets) -> str:

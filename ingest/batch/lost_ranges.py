@@ -9,8 +9,9 @@ read and asks the broker only where they differ.
 
 The row sits at the first lost offset; its reason names the whole range and when
 the loss was found. It is written under its own idempotent transaction id (one
-app id per partition, version = the first lost offset), so finding the same
-gap again after a crash or a lost checkpoint adds nothing.
+app id per partition of a topic id, version = the range's end), so finding the
+same gap again after a crash or a lost checkpoint adds nothing, and finding it
+again grown (retention went on deleting before it was read) widens the row.
 """
 
 from __future__ import annotations
@@ -43,15 +44,18 @@ class Gap:
 
 ROW = ("_topic STRING, _partition INT, _offset BIGINT, _kafka_timestamp TIMESTAMP, key BINARY, "
        "value BINARY, headers ARRAY<STRUCT<key: STRING, value: BINARY>>, stage STRING, reason STRING, "
-       "pipeline STRING, batch_id BIGINT, _ingested_at TIMESTAMP")
+       "pipeline STRING, batch_id BIGINT, _ingested_at TIMESTAMP, _topic_id STRING")
 
 
-def lost_txn(pipeline: str, gap: Gap) -> Txn:
-    app_id = f"ingest-{pipeline}-lost-{gap.topic}-{gap.partition}"
+def lost_txn(pipeline: str, gap: Gap, topic_id: str | None = None) -> Txn:
+    """The topic id keeps a recreated topic's ranges (offsets from 0 again) apart from the
+    old one's; the version is the range's end, so a range found again further along is
+    written (and widens the row) where the same range again is skipped."""
+    app_id = f"ingest-{pipeline}-lost-{gap.topic}-{gap.partition}" + (f"@{topic_id}" if topic_id else "")
     metadata = {"ingest": 1, "pipeline": pipeline, "app_id": app_id,
                 "lost": {"topic": gap.topic, "partition": gap.partition,
                          "first": gap.resume_at, "last": gap.earliest - 1}}
-    return Txn(app_id, gap.resume_at, json.dumps(metadata, separators=(",", ":")))
+    return Txn(app_id, gap.earliest, json.dumps(metadata, separators=(",", ":")))
 
 
 def reason(gap: Gap, found: datetime) -> str:
@@ -60,13 +64,17 @@ def reason(gap: Gap, found: datetime) -> str:
 
 
 def record_lost(spark, pipeline: Pipeline, gaps: list[Gap]) -> None:
+    if not gaps:
+        return
     found = datetime.now(timezone.utc)
+    ids = kafka_admin.topic_ids(pipeline.source.kafka, {gap.topic for gap in gaps})
     for gap in gaps:
         row = (gap.topic, gap.partition, gap.resume_at, None, None, None, None, LOST, reason(gap, found),
-               pipeline.name, None, found.replace(tzinfo=None))
+               pipeline.name, None, found.replace(tzinfo=None), ids.get(gap.topic))
         table = template.for_topic(pipeline, gap.topic).dead_letter if template.is_per_topic(pipeline) \
             else pipeline.dead_letter
-        dead_letter.write(spark.createDataFrame([row], ROW), table, lost_txn(pipeline.name, gap))
+        dead_letter.write(spark.createDataFrame([row], ROW), table,
+                          lost_txn(pipeline.name, gap, ids.get(gap.topic)), widen_lost=True)
 
 
 def skipped_ranges(pipeline: Pipeline, planned_start: dict, planned_end: dict, first_read: dict) -> list[Gap]:
@@ -86,5 +94,7 @@ def skipped_ranges(pipeline: Pipeline, planned_start: dict, planned_end: dict, f
     for (topic, partition), start in sorted(suspects.items()):
         earliest = marks.get(topic, {}).get(partition, (None, None))[0]
         if earliest is not None and earliest > start:
-            gaps.append(Gap(topic, partition, start, min(earliest, ends[topic, partition])))
+            # Retention may have gone on since the batch read: what it read is not lost.
+            read = first_read.get(topic, {}).get(partition, ends[topic, partition])
+            gaps.append(Gap(topic, partition, start, min(earliest, read, ends[topic, partition])))
     return gaps

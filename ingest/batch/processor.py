@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Callable
 
@@ -124,6 +124,7 @@ class BatchProcessor:
     _planned_end: tuple | None = None  # (batch id, Spark's planned end offsets) of the last batch
     _txn_version: int | None = -2  # the target's for the app id when the run started; -2: not read
     _topic_ids: dict | None = None
+    _ids_end: dict = field(default_factory=dict)  # the end offsets the topic ids were last given for
     _accepted_columns: StructType | None = None  # the batch columns last checked against the target
     _origin_offsets: dict | None = None
 
@@ -142,9 +143,10 @@ class BatchProcessor:
             staged, source, summary = self._stage(batch_df, cached)  # 1-3, one pass over Kafka
             self._batch_offsets = summary.end_offsets
             start, end = self._planned(session, batch_id, summary)
+            ids = self._ids(end)
             txn = ledger.batch_txn(self.pipeline.name, self._app_query_id(session), batch_id,
-                                   end, summary.counts, origin=self._origin(session), table=self.table_key,
-                                   start_offsets=start, topic_ids=self._ids(end))
+                                   end, summary.counts, origin=self._origin(session, ids), table=self.table_key,
+                                   start_offsets=start, topic_ids=ids)
             self._check_replay(session, batch_id, txn, start, end)
             if start is not None and self.pipeline.records_data_loss:
                 self._record_skipped(session, batch_id, start, end, summary)
@@ -152,6 +154,11 @@ class BatchProcessor:
             self._check_schema(session, rows.schema)  # before anything of the batch is written
             self._write_dead_letters(staged, summary, batch_id, txn)
             merged = self._merge(session, rows, summary, batch_id, txn)  # 4
+            if merged.skipped and (self._txn_version is None or batch_id > self._txn_version):
+                # committed by another copy after this run read the txn version: the same range?
+                target = self.pipeline.target
+                ledger.check_skipped(session, target.location, bool(target.table), self.pipeline.name,
+                                     txn, start, end)
             self.on_report(BatchReport(self.pipeline.name, batch_id, summary, merged,
                                        time.monotonic() - started))
 
@@ -211,7 +218,7 @@ class BatchProcessor:
     def _write_dead_letters(self, staged, summary: BatchSummary, batch_id: int, txn) -> None:
         faults.point("before_dead_letter", batch_id)
         if summary.dead_letters:
-            rows = dead_letter.dead_letters(staged, self.pipeline.name, batch_id)
+            rows = dead_letter.dead_letters(staged, self.pipeline.name, batch_id, self._topic_ids)
             retry_conflicts(lambda: dead_letter.write(rows, self.pipeline.dead_letter, txn),
                             f"{self.pipeline.name} batch {batch_id}: dead letters to "
                             f"{self.pipeline.dead_letter.location}")
@@ -251,8 +258,13 @@ class BatchProcessor:
         return start, end
 
     def _ids(self, end) -> dict:
-        if self._topic_ids is None or not set(end) <= set(self._topic_ids):
+        # Asked again when a partition's end went back: its topic was deleted and created
+        # again while the query ran (offsets start again at 0), and has a new id.
+        went_back = any(offset < self._ids_end.get(t, {}).get(p, 0)
+                        for t, parts in end.items() for p, offset in parts.items())
+        if self._topic_ids is None or not set(end) <= set(self._topic_ids) or went_back:
             self._topic_ids = kafka_admin.topic_ids(self.pipeline.source.kafka, set(end))
+        self._ids_end = end
         return {t: i for t, i in self._topic_ids.items() if t in end}
 
     def _check_replay(self, session, batch_id: int, txn, start, end) -> None:
@@ -265,7 +277,7 @@ class BatchProcessor:
             ledger.check_replay(session, target.location, bool(target.table), self.pipeline.name,
                                 txn, start, end)
 
-    def _origin(self, session) -> dict | None:
+    def _origin(self, session, topic_ids: dict) -> dict | None:
         """For `starting_offsets: latest`: where the pipeline first started, kept in the
         ledger across lost checkpoints (a recovery's checkpoint starts where the last
         one stopped), so `verify` audits from there. Read once per query."""
@@ -273,10 +285,14 @@ class BatchProcessor:
             return None
         if self._origin_offsets is None:
             target = self.pipeline.target
-            entries = (ledger.history_entries(session, target.location, bool(target.table), self.pipeline.name)
+            entries = (ledger.history_entries(session, target.location, bool(target.table), self.pipeline.name,
+                                              topic_ids=topic_ids)
                        if table_exists(session, target) else [])
             origin = ledger.recorded_origin(entries) or {}
-            started = offset_log.planned_start(session, self.pipeline.checkpoint, 0) or {}
+            # Only at the pipeline's first start: later, this checkpoint may be one recovery
+            # seeded (its start is the resume point, not an origin), and a partition added
+            # since is read from its earliest offset, so it needs none.
+            started = {} if entries else offset_log.planned_start(session, self.pipeline.checkpoint, 0) or {}
             for topic, parts in started.items():  # partitions the ledger has no origin for
                 for partition, offset in parts.items():
                     origin.setdefault(topic, {}).setdefault(partition, offset)

@@ -52,7 +52,7 @@ class TopicRecreated(IngestError):
 
 def plan_start(spark, pipeline: Pipeline, watermarks: dict[str, dict[int, tuple[int, int]]]) -> StartPlan:
     state = read_state(spark, pipeline.checkpoint)
-    # (a table per topic: which tables a checkpoint has written is not known here)
+    # (a table per topic: each table's own in _check_tables)
     if (state.last_committed_batch is not None and not template.is_per_topic(pipeline)
             and not table_exists(spark, pipeline.target)):
         # Going on would create an empty table and resume after everything the
@@ -64,10 +64,7 @@ def plan_start(spark, pipeline: Pipeline, watermarks: dict[str, dict[int, tuple[
             "or to load the topic again into a new table delete the checkpoint too")
     topic_ids = kafka_admin.topic_ids(pipeline.source.kafka, watermarks) if watermarks else {}
     if not state.empty:  # Spark resumes from its own offset log (replays are no-ops)
-        if not template.is_per_topic(pipeline):  # a table per topic: no one target to compare with
-            entries = _ledger(spark, pipeline, pipeline.target)
-            _check_topics(pipeline, entries, topic_ids)
-            _check_target(spark, pipeline, state, entries)
+        _check_tables(spark, pipeline, state, topic_ids)
         plan = StartPlan(None, state.committed_offsets or {})
     else:
         plan = _from_delta_log(spark, pipeline, watermarks, topic_ids)
@@ -85,15 +82,17 @@ def _from_delta_log(spark, pipeline: Pipeline, watermarks, topic_ids: dict[str, 
     entries = _entries(spark, pipeline, watermarks)
     notes = []
     recreated = _recreated(entries, topic_ids)
+    # Every entry, not the newest only: after a reset run on a recreated topic, the old
+    # topic's entries (further offsets, under the old id) are still in the log.
+    entries = ledger.of_current_topics(entries, topic_ids)
     if recreated:  # the checkpoint is gone: the operator's reset; the new topic is read as configured
-        entries = [(v, _without(e, recreated)) for v, e in entries]
         notes.append(f"{pipeline.name}: " + "; ".join(_describe_recreated(recreated)) +
                      ": the offsets recorded for the old topic are not used; the new one is read "
                      "from starting_offsets")
     recorded = ledger.recorded_offsets(entries)
     if not recorded:
         return StartPlan(None, {}, notes)
-    offsets = {topic: {p: recorded.get(topic, {}).get(p, _configured_start(pipeline, topic, p))
+    offsets = {topic: {p: recorded.get(topic, {}).get(p, _unseen_start(pipeline, topic, p, recreated))
                        for p in parts}
                for topic, parts in (watermarks or recorded).items()}
     query_id = ledger.checkpoint_query_id(spark, pipeline.checkpoint)
@@ -146,10 +145,6 @@ def _recreated(entries, topic_ids: dict[str, str]) -> dict[str, tuple[str, str]]
     return changed
 
 
-def _without(entry: dict, topics) -> dict:
-    return {**entry, "end_offsets": {t: o for t, o in entry.get("end_offsets", {}).items() if t not in topics}}
-
-
 def _describe_recreated(recreated: dict[str, tuple[str, str]]) -> list[str]:
     return [f"topic {t} was deleted and created again (topic id {old}, now {new})"
             for t, (old, new) in sorted(recreated.items())]
@@ -166,15 +161,40 @@ def _check_topics(pipeline: Pipeline, entries, topic_ids: dict[str, str]) -> Non
             f"already in {pipeline.target.location} stay; a uid seen before is not inserted again).")
 
 
-def _check_target(spark, pipeline: Pipeline, state, live) -> None:
+def _check_tables(spark, pipeline: Pipeline, state, topic_ids: dict[str, str]) -> None:
+    """The guards of a live checkpoint, on the target or, with a table per topic, on
+    each table the checkpoint has read topics for (its own ledger and app id)."""
+    if not template.is_per_topic(pipeline):
+        entries = _ledger(spark, pipeline, pipeline.target)
+        _check_topics(pipeline, entries, topic_ids)
+        _check_target(spark, pipeline, state, entries)
+        return
+    started = ledger.checkpoint_start_offsets(spark, pipeline.checkpoint) or {}
+    for table, topics in sorted(template.tables_of(pipeline, state.committed_offsets or {}).items()):
+        one = template.for_topic(pipeline, topics[0])
+        entries = _ledger(spark, one, one.target)
+        _check_topics(one, entries, topic_ids)
+        # a table is written by the batches that held records of its topics only
+        if _read_records(state.committed_offsets or {}, started, topics):
+            _check_target(spark, one, state, entries, table)
+
+
+def _read_records(committed, started, topics) -> bool:
+    """Whether the checkpoint has committed offsets past where it started, in any of `topics`."""
+    return any(offset > started.get(topic, {}).get(partition, 0)
+               for topic in topics for partition, offset in committed.get(topic, {}).items())
+
+
+def _check_target(spark, pipeline: Pipeline, state, live, table: str | None = None) -> None:
     """Stop when the target's current version lacks batches the checkpoint committed
     (a RESTORE or REPLACE undid them, or the table was dropped or recreated): going on
-    from the checkpoint would never write their records again."""
+    from the checkpoint would never write their records again. `table`: one table of a
+    table per topic, which holds only the batches with records of its topics."""
     committed = state.last_committed_batch
     query_id = ledger.checkpoint_query_id(spark, pipeline.checkpoint)
     if committed is None or query_id is None:
         return
-    app = ledger.app_id(pipeline.name, query_id)
+    app = ledger.app_id(pipeline.name, query_id, table)
     target = pipeline.target
     reset = (f"To ingest them again, delete the checkpoint {pipeline.checkpoint}: the next run resumes "
              f"from the offsets the table's current version records, with a new app id.")
@@ -184,13 +204,13 @@ def _check_target(spark, pipeline: Pipeline, state, live) -> None:
             f"but the target {target.location} does not exist (dropped or moved): their records are not "
             f"in it. {reset}")
     live_batches = [int(e["batch_id"]) for _, e in live if e.get("app_id") == app]
-    if live_batches and max(live_batches) >= committed:
+    if table is None and live_batches and max(live_batches) >= committed:
         return
     every = _ledger(spark, pipeline, target, live_only=False)
     undone = sorted(int(e["batch_id"]) for _, e in every
                     if e.get("app_id") == app and int(e["batch_id"]) > max(live_batches, default=-1))
     known = ledger.txn_version(spark, target.location, bool(target.table), app, pipeline.name)
-    if not undone and known is not None and known >= committed:
+    if not undone and known is not None and (known >= committed or table is not None):
         return  # our commits are only out of the retained history (log clean-up), not undone
     what = (f"batches {undone[0]}-{undone[-1]} of app id {app} were undone (a RESTORE or REPLACE of the "
             f"table)" if undone else f"it holds no commit of app id {app} up to batch {committed} "
@@ -201,8 +221,18 @@ def _check_target(spark, pipeline: Pipeline, state, live) -> None:
         f"the checkpoint would leave their records out. {reset}")
 
 
+def _unseen_start(pipeline: Pipeline, topic: str, partition: int, recreated) -> int:
+    """Where a partition the ledger has never seen starts, the pipeline having started
+    before (its ledger has entries): from its earliest offset, as a live checkpoint reads
+    a partition added since (the configured `latest` would skip what it got while the
+    pipeline was stopped). A recreated topic is read as configured: the operator's reset."""
+    if topic in recreated:
+        return _configured_start(pipeline, topic, partition)
+    return EARLIEST
+
+
 def _configured_start(pipeline: Pipeline, topic: str, partition: int) -> int:
-    """A partition the Delta log has never seen starts as a new pipeline would."""
+    """As a new pipeline would start."""
     configured = pipeline.source.kafka.starting_offsets
     if isinstance(configured, str):
         return LATEST if configured == "latest" else EARLIEST

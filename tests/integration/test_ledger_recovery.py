@@ -162,7 +162,7 @@ def test_a_reset_offset_log_under_the_same_query_id_stops_the_run(spark, sender,
     assert sorted(landed) == sorted(f"{n}{i}" for n in "abc" for i in range(3)) + [f"new{i}" for i in range(5)]
 
 
-def test_latest_and_a_lost_checkpoint_read_what_an_idle_partition_got(spark, sender, pipeline, topic):
+def test_latest_and_a_lost_checkpoint_read_what_an_idle_partition_got(spark, kafka, sender, pipeline, topic):
     """Issue 20 point 3: the ledger records every partition Spark planned, idle or not."""
     from dataclasses import replace
 
@@ -176,6 +176,26 @@ def test_latest_and_a_lost_checkpoint_read_what_an_idle_partition_got(spark, sen
     send(sender, [f"b{i}" for i in range(5)], partition=1)  # the partition idle until now
     run_recovering(spark, latest)
     assert sorted(uids(spark, latest)) == sorted([f"a{i}" for i in range(5)] + [f"b{i}" for i in range(5)])
+
+    # Issue 27 point 4: partitions added while stopped, then a lost checkpoint: a live
+    # checkpoint would read them from earliest, and so must recovery; their origin is not
+    # the recovered checkpoint's start (that would let verify agree with a skip).
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    from ingest.audit.verify import verify
+
+    admin = AdminClient(kafka.client_config())
+    admin.create_partitions([NewPartitions(topic, 4)])[topic].result(timeout=30)
+    sender.producer = type(sender.producer)({**kafka.client_config(), "enable.idempotence": True})
+    send(sender, ["c2"], partition=2)
+    send(sender, ["c3"], partition=3)
+    shutil.rmtree(latest.checkpoint)
+    plan, _ = run_recovering(spark, latest)
+    assert plan.starting_offsets[topic][2] == plan.starting_offsets[topic][3] == -2  # EARLIEST
+    assert {"c2", "c3"} <= set(uids(spark, latest))
+    assert set(ledger_entries(latest)[-1]["origin"][topic]) == {"0", "1"}
+    report = verify(spark, latest)
+    assert report.ok, report
 
 
 def test_a_restored_target_stops_a_run_with_its_checkpoint_and_is_refilled_without(spark, sender, pipeline):
@@ -216,7 +236,7 @@ def test_a_recreated_topic_stops_the_run_and_a_reset_reads_the_new_one(spark, ka
     from ingest.kafka.local_broker import create_topic
     from ingest.run.recovery import TopicRecreated
 
-    send(sender, [f"a{i}" for i in range(6)])
+    send(sender, [f"a{i}" for i in range(6)], ["bad-old"])  # the bad one at offset 6
     run_recovering(spark, pipeline)
     admin = AdminClient(kafka.client_config())
     admin.delete_topics([topic])[topic].result(timeout=30)
@@ -241,3 +261,16 @@ def test_a_recreated_topic_stops_the_run_and_a_reset_reads_the_new_one(spark, ka
     plan, _ = run_recovering(spark, pipeline)
     assert any("the new one is read from starting_offsets" in note for note in plan.notes)
     assert sorted(uids(spark, pipeline)) == sorted([f"a{i}" for i in range(6)] + ["n0", "n1"])
+
+    # Issue 27 point 2: the new topic past the old one's end (7), then a second lost
+    # checkpoint: the old topic's entries must not move the new topic's resume point.
+    send(sender, [f"n{i}" for i in range(2, 6)], ["bad-new"])  # the bad one at offset 6 again
+    send(sender, [f"n{i}" for i in range(7, 12)])
+    shutil.rmtree(pipeline.checkpoint)
+    plan, _ = run_recovering(spark, pipeline)
+    assert plan.starting_offsets == {topic: {0: 2, 1: 0}}, plan.notes
+    new = [f"n{i}" for i in range(12) if i != 6]
+    assert sorted(uids(spark, pipeline)) == sorted([f"a{i}" for i in range(6)] + new)
+    dead = spark.read.format("delta").load(pipeline.dead_letter.path).collect()
+    assert sorted((r._partition, r._offset) for r in dead) == [(0, 6), (0, 6)]  # one per topic
+    assert len({r._topic_id for r in dead}) == 2
