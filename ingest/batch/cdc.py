@@ -163,7 +163,7 @@ def sequence_column(cdc: Cdc, row: StructType, values: dict[str, Column]) -> Col
     """The change's order: an envelope path (integers) or a row column (its own type)."""
     name = cdc.sequence
     if name is None:
-        return F.coalesce(F.col("e.source")["lsn"].cast("bigint"), F.col("e.ts_ms"))
+        return connector_position()
     if name == "ts_ms":
         return F.col("e.ts_ms")
     if name.startswith("source."):
@@ -171,9 +171,55 @@ def sequence_column(cdc: Cdc, row: StructType, values: dict[str, Column]) -> Col
     return values[name]
 
 
+# The default order, by `source.connector`: each connector's own position in its log, packed
+# into one BIGINT (the `_sequence` column), the same in an event re-sent after a restart. The
+# processing clock `ts_ms` orders only a source without a known connector.
+CONNECTOR_ORDERS = {
+    "postgresql": "source.lsn",
+    "mysql": "source.file (its number), source.pos, source.row",
+    "sqlserver": "source.change_lsn",
+    "oracle": "source.scn",
+    "mongodb": "source.ts_ms (seconds), source.ord",
+}
+_MYSQL_POS_BITS, _MYSQL_ROW_BITS, _MYSQL_FILE_BITS = 31, 12, 20  # 63 bits
+_MONGO_ORD_BITS = 32
+
+
+def connector_position() -> Column:
+    """The change's position in its connector's log as one BIGINT; null where a known connector's
+    fields are missing or too large to pack (set cdc.sequence then)."""
+    source = F.col("e.source")
+    connector = source["connector"]
+    mysql_file = F.regexp_extract(source["file"], r"\.([0-9]+)$", 1).try_cast("bigint")
+    pos, row = source["pos"].try_cast("bigint"), F.coalesce(source["row"].try_cast("bigint"), F.lit(0))
+    mysql = F.when(mysql_file.between(0, 2 ** _MYSQL_FILE_BITS - 1)
+                   & pos.between(0, 2 ** _MYSQL_POS_BITS - 1) & row.between(0, 2 ** _MYSQL_ROW_BITS - 1),
+                   F.shiftleft(mysql_file, _MYSQL_POS_BITS + _MYSQL_ROW_BITS)
+                   + F.shiftleft(pos, _MYSQL_ROW_BITS) + row)
+    # SQL Server's LSN is three hex parts, VLF:block:slot (8:8:4 digits): 15, 32 and 16 bits
+    lsn_parts = F.split(source["change_lsn"], ":")
+    vlf = F.conv(F.get(lsn_parts, 0), 16, 10).try_cast("bigint")
+    block = F.conv(F.get(lsn_parts, 1), 16, 10).try_cast("bigint")
+    slot = F.conv(F.get(lsn_parts, 2), 16, 10).try_cast("bigint")
+    sqlserver = F.when((F.size(lsn_parts) == 3) & vlf.between(0, 2 ** 15 - 1)
+                       & block.between(0, 2 ** 32 - 1) & slot.between(0, 2 ** 16 - 1),
+                       F.shiftleft(vlf, 48) + F.shiftleft(block, 16) + slot)
+    seconds = F.floor(source["ts_ms"].try_cast("bigint") / 1000)
+    ordinal = source["ord"].try_cast("bigint")
+    mongodb = F.when(seconds.between(0, 2 ** 31 - 1) & ordinal.between(0, 2 ** _MONGO_ORD_BITS - 1),
+                     F.shiftleft(seconds, _MONGO_ORD_BITS) + ordinal)
+    return (F.when(connector == "mysql", mysql)
+            .when(connector == "sqlserver", sqlserver)
+            .when(connector == "oracle", source["scn"].try_cast("bigint"))
+            .when(connector == "mongodb", mongodb)
+            .otherwise(F.coalesce(source["lsn"].try_cast("bigint"), F.col("e.ts_ms"))))
+
+
 def sequence_name(cdc: Cdc) -> str:
-    """How the sequence is named in reasons and docs."""
-    return cdc.sequence or "source.lsn (or ts_ms where there is no lsn)"
+    """How the sequence is named in reasons, docs and `ingest plan`."""
+    return cdc.sequence or ("the connector's position by source.connector: " + "; ".join(
+        f"{connector} {order}" for connector, order in CONNECTOR_ORDERS.items())
+        + "; otherwise source.lsn, else ts_ms")
 
 
 def _failure(cdc: Cdc, row: StructType, sequence: Column, unreadable: list,
@@ -195,13 +241,26 @@ def _failure(cdc: Cdc, row: StructType, sequence: Column, unreadable: list,
         checks.append(((op != DELETE) & F.col("e.after")[key].isNull(),
                        F.format_string(f"op '%s' without the key: after.{key} is null", op)))
     checks.extend((reason.isNotNull(), reason) for reason in column_reasons)
-    checks.append((sequence.isNull(), F.lit(f"null sequence: {sequence_name(cdc)} is missing or not "
-                                            "a whole number" if _envelope(cdc) else
-                                            f"null sequence: {cdc.sequence} is null")))
+    checks.append((sequence.isNull(), _null_sequence(cdc)))
     reason = F.lit(None).cast("string")
     for failed, why in reversed(checks):
         reason = F.when(failed, why).otherwise(reason)
     return F.when(~is_tombstone(), reason).otherwise(F.lit(TOMBSTONE_REASON))
+
+
+def _null_sequence(cdc: Cdc) -> Column:
+    if cdc.sequence is not None:
+        return F.lit(f"null sequence: {cdc.sequence} is missing or not a whole number"
+                     if _envelope(cdc) else f"null sequence: {cdc.sequence} is null")
+    connector = F.col("e.source")["connector"]
+    reason = F.lit("null sequence: source.lsn (or ts_ms where there is no lsn) is missing or not a "
+                   "whole number")
+    for name, order in CONNECTOR_ORDERS.items():
+        if name != "postgresql":
+            reason = F.when(connector == name, F.lit(
+                f"null sequence: the {name} connector's position ({order}) is missing or does not "
+                "fit a BIGINT; name the order in cdc.sequence")).otherwise(reason)
+    return reason
 
 
 def _envelope(cdc: Cdc) -> bool:

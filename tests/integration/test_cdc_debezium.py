@@ -208,3 +208,51 @@ def test_postgres_instants_dates_and_times_by_their_encoding(spark, kafka, topic
     assert dead_reasons(spark, pipeline) == [
         "column orderdate: value '253402300800000000' is outside years 1-9999 as "
         "io.debezium.time.MicroTimestamp (microseconds since the epoch)"]
+
+
+CUSTOMERS = "id BIGINT, first_name STRING, last_name STRING, email STRING"
+
+
+def mysql_position(source: dict) -> int:
+    """MySQL's order, (binlog file number, pos, row), packed as docs/cdc.md says."""
+    return (int(source["file"].rsplit(".", 1)[1]) << 43) + (source["pos"] << 12) + source["row"]
+
+
+def test_mysql_history_orders_by_binlog_position_not_the_connector_clock(spark, kafka, topic, cdc_of):
+    """#27.10: a MySQL change has no lsn; its clock ts_ms can go back (a task on a worker behind)
+    and a restart re-sends with new ts_ms. The binlog position orders, and a re-send is no version."""
+    prefix = "Received message for destination 'wasm.inventory.customers', with id"
+    lines = (CORPUS / "mysql-customers.txt").read_text().splitlines()
+    assert lines[0].startswith("# source: github.com/debezium/")
+    snapshot, update = (line.split(" and content ", 1)[1].encode() for line in lines[1:]
+                        if line.startswith(prefix))
+    # constructed from the real update: a second update later in the binlog, its clock 2 s behind
+    later = json.loads(update)
+    later["before"], later["after"] = later["after"], {**later["after"], "first_name": "Sara"}
+    later["source"]["pos"] += 300
+    later["ts_ms"] -= 2000
+    later = json.dumps(later).encode()
+
+    def resent(value: bytes) -> bytes:  # after a connector restart: the same position, a new clock
+        envelope = json.loads(value)
+        envelope["ts_ms"] += 60_000
+        return json.dumps(envelope).encode()
+
+    send(kafka, topic, [(b'{"id":1004}', snapshot), (b'{"id":1001}', update), (b'{"id":1001}', later),
+                        (b'{"id":1001}', resent(update)), (b'{"id":1001}', resent(later))])
+    pipeline = cdc_of(CUSTOMERS)
+    pipeline = replace(pipeline, target=replace(pipeline.target, history=True))
+    run_to_end(spark, pipeline, timeout=900)
+
+    versions = []
+    for value in (update, later, snapshot):
+        envelope = json.loads(value)
+        versions.append((envelope["after"]["id"], envelope["after"]["first_name"],
+                         mysql_position(envelope["source"])))
+    versions.sort()
+    expected = [(key, name, start, next((s for k, _, s in versions if k == key and s > start), None))
+                for key, name, start in versions]
+    found = table(spark, pipeline.target.path).orderBy("id", "_valid_from")
+    assert [tuple(r) for r in found.select("id", "first_name", "_valid_from", "_valid_to").collect()] \
+        == sorted(expected, key=lambda version: (version[0], version[2]))
+    assert [r.first_name for r in found.where("_current").orderBy("id").collect()] == ["Sara", "Anne"]
