@@ -28,6 +28,8 @@ class MergeResult:
     inserted: int
     updated: int
     deleted: int = 0
+    # Delta skipped the MERGE (no metrics row): the txn version was already committed
+    skipped: bool = False
 
 
 def target_rows(records: DataFrame) -> DataFrame:
@@ -140,4 +142,5 @@ def merge_batch(session, rows: DataFrame, pipeline: Pipeline, bounds: dict[str, 
     return MergeResult(
         inserted=int(row.get("num_inserted_rows") or 0),
         updated=int(row.get("num_updated_rows") or 0),
+        skipped=not metrics,
     )

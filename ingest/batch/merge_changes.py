@@ -102,7 +102,7 @@ def _merge(table, rows: DataFrame, condition: str, hard: bool) -> MergeResult:
     row = metrics[0].asDict() if metrics else {}
     return MergeResult(inserted=int(row.get("num_inserted_rows") or 0),
                        updated=int(row.get("num_updated_rows") or 0),
-                       deleted=int(row.get("num_deleted_rows") or 0))
+                       deleted=int(row.get("num_deleted_rows") or 0), skipped=not metrics)
 
 
 # --- the delete log (hard deletes) ------------------------------------------------

@@ -66,7 +66,7 @@ def merge_versions(session, rows: DataFrame, pipeline: Pipeline, bounds: dict[st
                .whenNotMatchedInsertAll().execute().collect())
     row = metrics[0].asDict() if metrics else {}
     return MergeResult(inserted=int(row.get("num_inserted_rows") or 0),
-                       updated=int(row.get("num_updated_rows") or 0))
+                       updated=int(row.get("num_updated_rows") or 0), skipped=not metrics)
 
 
 def _timeline(target: DataFrame, rows: DataFrame, bounds: dict[str, str]) -> DataFrame:

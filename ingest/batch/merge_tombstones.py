@@ -96,7 +96,7 @@ def merge_tombstones(session, rows: DataFrame, pipeline: Pipeline, bounds: dict[
     row = metrics[0].asDict() if metrics else {}
     return MergeResult(inserted=int(row.get("num_inserted_rows") or 0),
                        updated=int(row.get("num_updated_rows") or 0),
-                       deleted=int(row.get("num_deleted_rows") or 0))
+                       deleted=int(row.get("num_deleted_rows") or 0), skipped=not metrics)
 
 
 def _last_per_key(rows: DataFrame, pipeline: Pipeline) -> DataFrame:

@@ -26,7 +26,7 @@ from typing import Callable
 
 from pyspark.sql import DataFrame
 
-from ingest.batch import faults
+from ingest.batch import faults, lost_ranges, offset_log
 from ingest.batch.processor import BatchProcessor, BatchReport, payload_schema
 from ingest.errors import IngestError
 from ingest.spec import template
@@ -63,11 +63,31 @@ class TopicRouter:
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         raw = batch_df.persist()  # read Kafka once, however many tables
         try:
-            groups = template.tables_of(self.pipeline,
-                                        [row.topic for row in raw.select("topic").distinct().collect()])
-            self._commit_all(raw, batch_id, groups)
+            present = [row.topic for row in raw.select("topic").distinct().collect()]
+            if self.pipeline.records_data_loss:
+                self._record_lost_slices(raw.sparkSession, batch_id, present)
+            self._commit_all(raw, batch_id, template.tables_of(self.pipeline, present))
         finally:
             raw.unpersist()
+
+    def _record_lost_slices(self, session, batch_id: int, present: list[str]) -> None:
+        """The lost-range check of the topics the batch planned a range of and holds no
+        record of: no table's processor runs for them, and its check (planned start
+        against first record read) would be the one to find that retention deleted their
+        whole slice. Before any table commits, as a processor records its own."""
+        checkpoint = self.pipeline.checkpoint
+        end = offset_log.planned_end(session, checkpoint, batch_id)
+        start = offset_log.planned_start(session, checkpoint, batch_id)
+        if not end or not start:
+            return
+        absent = [topic for topic in end if topic not in present]
+        gaps = lost_ranges.skipped_ranges(self.pipeline, {t: start.get(t, {}) for t in absent},
+                                          {t: end[t] for t in absent}, first_read={}) if absent else []
+        for gap in gaps:
+            log.warning("%s batch %d: %s while the query ran (on_data_loss: record); recorded in the "
+                        "dead letters of its table with stage lost", self.pipeline.name, batch_id,
+                        gap.describe())
+        lost_ranges.record_lost(session, self.pipeline, gaps)
 
     def _commit_all(self, raw: DataFrame, batch_id: int, groups: dict[str, list[str]]) -> None:
         session = raw.sparkSession

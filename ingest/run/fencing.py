@@ -4,9 +4,10 @@ A second copy started while the first runs fails fast, naming the running
 copy (host, pid, since). A lease whose heartbeat stopped (a crashed run), or
 whose process is gone on this host, is stale and taken over.
 
-Only checkpoints on a local or mounted file system get a lease; on object
-stores a second copy is still fenced at commit: Spark refuses to write an
-offset-log entry that exists, and Delta's txn id refuses a batch version twice.
+Only checkpoints on a local or mounted file system get a lease. On object
+stores a second copy meets the target's txn id: Delta commits a batch version
+once, and a copy whose MERGE Delta skipped compares the offsets recorded for
+that batch with its own and stops when they differ (`ledger.check_skipped`).
 """
 
 from __future__ import annotations
