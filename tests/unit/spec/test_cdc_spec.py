@@ -141,3 +141,16 @@ def test_cdc_reads_avro_envelopes_and_refuses_protobuf():
     assert load(avro).source.format == "avro"
     found = problems(avro.replace("format: avro", "format: protobuf"))
     assert ("cdc_rules", "source.format") in [(p[0], p[2]) for p in found]
+
+
+def test_cdc_encodings_name_a_columns_debezium_encoding():
+    pipeline = load(CDC.replace("  key: [id]\n", "  key: [id]\n  encodings:\n"
+                                "    updated_at: io.debezium.time.MicroTimestamp\n"))
+    assert dict(pipeline.cdc.encodings) == {"updated_at": "io.debezium.time.MicroTimestamp"}
+    assert to_document(pipeline)["cdc"]["encodings"] == {"updated_at": "io.debezium.time.MicroTimestamp"}
+    with pytest.raises(SpecErrors) as error:
+        load(CDC.replace("  key: [id]\n", "  key: [id]\n  encodings:\n    updated_at: micros\n"))
+    assert "p.yaml:10: cdc.encodings.updated_at: 'micros' is not an encoding ingest reads" in str(error.value)
+    with pytest.raises(SpecErrors) as error:
+        load(CDC.replace("  key: [id]\n", "  key: [id]\n  encodings:\n    shipped: io.debezium.time.Date\n"))
+    assert "cdc.encodings.shipped: 'shipped' is not a column of the payload" in str(error.value)
