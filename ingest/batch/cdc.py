@@ -177,7 +177,7 @@ def sequence_column(cdc: Cdc, row: StructType, values: dict[str, Column]) -> Col
 CONNECTOR_ORDERS = {
     "postgresql": "source.lsn",
     "mysql": "source.file (its number), source.pos, source.row",
-    "sqlserver": "source.change_lsn",
+    "sqlserver": "source.change_lsn (a snapshot's commit_lsn)",
     "oracle": "source.scn",
     "mongodb": "source.ts_ms (seconds), source.ord",
 }
@@ -197,7 +197,8 @@ def connector_position() -> Column:
                    F.shiftleft(mysql_file, _MYSQL_POS_BITS + _MYSQL_ROW_BITS)
                    + F.shiftleft(pos, _MYSQL_ROW_BITS) + row)
     # SQL Server's LSN is three hex parts, VLF:block:slot (8:8:4 digits): 15, 32 and 16 bits
-    lsn_parts = F.split(source["change_lsn"], ":")
+    # a snapshot's read has no change_lsn, only the commit_lsn the snapshot was taken at
+    lsn_parts = F.split(F.coalesce(source["change_lsn"], source["commit_lsn"]), ":")
     vlf = F.conv(F.get(lsn_parts, 0), 16, 10).try_cast("bigint")
     block = F.conv(F.get(lsn_parts, 1), 16, 10).try_cast("bigint")
     slot = F.conv(F.get(lsn_parts, 2), 16, 10).try_cast("bigint")
