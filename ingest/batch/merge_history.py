@@ -75,10 +75,13 @@ def _timeline(target: DataFrame, rows: DataFrame, bounds: dict[str, str]) -> Dat
         target = target.where(F.col(UID).between(bounds["uid_min"], bounds["uid_max"]))
     keys = rows.select(UID).distinct()
     existing = target.join(keys, UID, "left_semi").withColumn(_EXISTING, F.lit(True))
-    both = existing.unionByName(rows.withColumn(_EXISTING, F.lit(False)))
+    # a column added since (add_columns) is null in the stored versions; one the batch no longer
+    # has is null in the new ones: the MERGE's schema evolution keeps both (#27.6)
+    both = existing.unionByName(rows.withColumn(_EXISTING, F.lit(False)), allowMissingColumns=True)
+    columns = [*rows.columns, *(c for c in target.columns if c not in rows.columns)]
     # an equal sequence goes to the later position; an exact replay keeps the row it had
     pick = Window.partitionBy(UID, VALID_FROM).orderBy(
         F.col("_partition").desc(), F.col("_offset").desc(), F.col(_EXISTING).desc())
     one = (both.withColumn("__rank", F.row_number().over(pick)).where(F.col("__rank") == 1)
            .drop("__rank", _EXISTING))
-    return _intervals(one.drop(VALID_TO, CURRENT)).select(*rows.columns)
+    return _intervals(one.drop(VALID_TO, CURRENT)).select(*columns)

@@ -256,3 +256,25 @@ def test_mysql_history_orders_by_binlog_position_not_the_connector_clock(spark, 
     assert [tuple(r) for r in found.select("id", "first_name", "_valid_from", "_valid_to").collect()] \
         == sorted(expected, key=lambda version: (version[0], version[2]))
     assert [r.first_name for r in found.where("_current").orderBy("id").collect()] == ["Sara", "Anne"]
+
+
+def test_history_after_a_column_is_added_then_dropped(spark, kafka, topic, cdc_of):
+    """#27.6: the SCD2 timeline unions the stored versions with the batch's; with a column added
+    (add_columns) or a nullable one dropped, that union raised on every restart."""
+    def create(key: int, lsn: int, row: dict) -> tuple[bytes, bytes]:
+        return (json.dumps({"id": key}).encode(), json.dumps(change(key, lsn, row)).encode())
+
+    v1 = cdc_of("id BIGINT, first_name STRING")
+    v1 = replace(v1, target=replace(v1.target, history=True))
+    send(kafka, topic, [create(1, 10, {"first_name": "Ann"})])
+    run_to_end(spark, v1, timeout=900)
+    v2 = replace(v1, source=replace(v1.source, schema="id BIGINT, first_name STRING, tier STRING"))
+    send(kafka, topic, [create(1, 20, {"first_name": "Ann", "tier": "gold"})])
+    run_to_end(spark, v2, timeout=900)
+    v3 = replace(v1, source=replace(v1.source, schema="id BIGINT, tier STRING"))  # first_name dropped
+    send(kafka, topic, [create(1, 30, {"tier": "silver"})])
+    run_to_end(spark, v3, timeout=900)
+    found = table(spark, v1.target.path).orderBy("_valid_from")
+    assert [tuple(r) for r in found.select("first_name", "tier", "_valid_from", "_valid_to", "_current")
+            .collect()] == [("Ann", None, 10, 20, False), ("Ann", "gold", 20, 30, False),
+                            (None, "silver", 30, None, True)]
