@@ -9,8 +9,9 @@ and the delete is logged in `<target>_deletes` as cdc's hard deletes are).
 A tombstone has no payload, so no `order_by` value of its own. It deletes what
 came before it in Kafka order, so it takes the `order_by` of the key's version
 it deletes: the latest (in the upsert's order) of the key's versions that
-precede it in Kafka order (by Kafka timestamp, topic, partition, offset), in
-the batch or in the target. A soft-deleted row keeps that version's values and
+precede it in Kafka order (within one partition by offset; across partitions
+by Kafka timestamp, then topic, partition, offset), in the batch or in the
+target. A soft-deleted row keeps that version's values and
 `order_by`. So a late version older than the deleted one loses to the delete
 and cannot bring the key back; a version with a later `order_by` (or an equal
 one written later) brings it back. A tombstone of a key nothing precedes has
@@ -37,6 +38,7 @@ from ingest.spec.model import Pipeline
 TOMBSTONE = "__tombstone"  # set by `mark`, read until the rows are built
 UPDATE = "u"
 _PRIOR = "__prior"
+_PRIOR_TIMESTAMP = "__prior_timestamp"
 # a row's place in the upsert's order, after `order_by` (the target's and the log's columns)
 _TIES = ("_kafka_timestamp", "_topic", "_partition", "_offset")
 
@@ -62,18 +64,34 @@ def change_rows(records: DataFrame, pipeline: Pipeline) -> DataFrame:
     order_by = pipeline.target.order_by
     tombstone = F.col(TOMBSTONE)
     payload = [c for c in records.columns if c not in (RAW, STAGE, REASON, UID, TOMBSTONE)]
-    raw = [F.col(f"{RAW}.{c}") for c in ("timestamp", "topic", "partition", "offset")]
+    raw = [_kafka_clock(), *[F.col(f"{RAW}.{c}") for c in ("topic", "partition", "offset")]]
     before = (Window.partitionBy(UID).orderBy(*raw)
               .rowsBetween(Window.unboundedPreceding, -1))
     rank = F.when(~tombstone, F.struct(F.col(f"`{order_by}`"), *raw))
-    prior = F.max_by(F.struct(*[F.col(f"`{c}`") for c in payload]), rank).over(before)
+    prior = F.max_by(F.struct(*[F.col(f"`{c}`") for c in payload],
+                              F.col(f"{RAW}.timestamp").alias(_PRIOR_TIMESTAMP)), rank).over(before)
+    # a tombstone is no earlier than the version it deletes, whatever its producer's clock said:
+    # its ties with that version go to the offset (docs/cdc.md)
+    clamped = F.col(RAW).withField("timestamp", F.when(
+        tombstone, F.greatest(F.col(f"{RAW}.timestamp"), F.col(f"{_PRIOR}.{_PRIOR_TIMESTAMP}")))
+        .otherwise(F.col(f"{RAW}.timestamp")))
     rows = records.withColumn(_PRIOR, prior).select(
-        RAW, UID, TOMBSTONE,
+        clamped.alias(RAW), UID, TOMBSTONE,
         *[F.when(tombstone, F.col(f"{_PRIOR}.`{c}`")).otherwise(F.col(f"`{c}`")).alias(c) for c in payload])
     rows = rows.withColumn(OP, F.when(tombstone, F.lit(DELETE)).otherwise(F.lit(UPDATE)))
     if pipeline.target.deletes == "soft":
         rows = rows.withColumn(DELETED, tombstone)
     return target_rows(rows.drop(TOMBSTONE))
+
+
+def _kafka_clock() -> Column:
+    """The record's Kafka timestamp, but never earlier than one before it in its partition: within
+    a partition the offset orders (a producer's clock behind another's, or an explicit older
+    timestamp, cannot put a tombstone before the version it follows); across partitions the
+    timestamps do."""
+    partition = Window.partitionBy(f"{RAW}.topic", f"{RAW}.partition").orderBy(f"{RAW}.offset") \
+        .rowsBetween(Window.unboundedPreceding, 0)
+    return F.max(F.col(f"{RAW}.timestamp")).over(partition)
 
 
 def merge_tombstones(session, rows: DataFrame, pipeline: Pipeline, bounds: dict[str, str]) -> MergeResult:
@@ -134,13 +152,20 @@ def _after_target_versions(rows: DataFrame, existing: DataFrame, pipeline: Pipel
     payload = [c for c in rows.columns if c not in (UID, OP, DELETED, *_TIES, "_ingested_at")]
     found = existing.select(UID, *_TIES, *[c for c in payload if c in existing.columns])
     s_order, t_order = F.col(f"s.{order_by}"), F.col(f"t.{order_by}")
-    takes = (F.col(f"s.{OP}") == DELETE) & F.col(f"t.{UID}").isNotNull() & (_position("t") < _position("s")) \
+    same_partition = (F.col("t._topic") == F.col("s._topic")) & (F.col("t._partition") == F.col("s._partition"))
+    precedes = F.when(same_partition, F.col("t._offset") < F.col("s._offset")).otherwise(
+        _position("t") < _position("s"))
+    takes = (F.col(f"s.{OP}") == DELETE) & F.col(f"t.{UID}").isNotNull() & precedes \
         & ((t_order > s_order) | (s_order.isNull() & t_order.isNotNull()))
     joined = rows.alias("s").join(found.alias("t"), F.col(f"s.{UID}") == F.col(f"t.{UID}"), "left")
-    return joined.select(*[
-        F.when(takes, F.col(f"t.`{c}`")).otherwise(F.col(f"s.`{c}`")).alias(c)
-        if c in payload and c in found.columns else F.col(f"s.`{c}`").alias(c)
-        for c in rows.columns])
+    def column(c: str) -> Column:
+        if c in payload and c in found.columns:
+            return F.when(takes, F.col(f"t.`{c}`")).otherwise(F.col(f"s.`{c}`")).alias(c)
+        if c == "_kafka_timestamp":  # no earlier than the version it deletes, as in change_rows
+            return F.when(takes, F.greatest(F.col(f"s.{c}"), F.col(f"t.{c}"))).otherwise(
+                F.col(f"s.{c}")).alias(c)
+        return F.col(f"s.`{c}`").alias(c)
+    return joined.select(*[column(c) for c in rows.columns])
 
 
 def _after_logged_deletes(session, rows: DataFrame, pipeline: Pipeline,

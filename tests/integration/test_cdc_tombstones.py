@@ -5,6 +5,7 @@ upsert's order, within a batch and across batches; verify accounts the deleted k
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import replace
 
 import pytest
@@ -27,10 +28,10 @@ class Keyed:
         self.topic = topic
         self.producer = Producer({**kafka.client_config(), "enable.idempotence": True, "acks": "all"})
 
-    def send(self, key: str, v: int | None = None, name: str | None = None) -> None:
-        """A version of `key`, or with no `v` its tombstone."""
+    def send(self, key: str, v: int | None = None, name: str | None = None, timestamp: int = 0) -> None:
+        """A version of `key`, or with no `v` its tombstone; `timestamp`: the producer's, in ms."""
         value = None if v is None else json.dumps({"name": name or f"{key}{v}", "v": v}).encode()
-        self.producer.produce(self.topic, key=key.encode(), value=value, partition=0)
+        self.producer.produce(self.topic, key=key.encode(), value=value, partition=0, timestamp=timestamp)
 
     def flush(self) -> None:
         assert self.producer.flush(30) == 0
@@ -67,3 +68,19 @@ def test_tombstones_delete_in_upsert_order_within_and_across_batches(spark, kafk
     report = verify(spark, latest)
     assert report.ok, report
     assert (report.unique_uids, report.missing, report.unaccounted, report.dead_letters) == (5, 0, 0, 0)
+
+
+def test_a_tombstone_with_an_older_producer_clock_still_follows_its_version(spark, kafka, topic, latest):
+    """#27.9: within one partition the offset orders, not the producers' timestamps (two producers
+    with clocks 10 ms apart left a deleted key alive)."""
+    keyed = Keyed(kafka, topic)
+    now = int(time.time() * 1000)
+    keyed.send("e", 7, timestamp=now), keyed.send("e", timestamp=now - 10)  # in one batch
+    keyed.send("f", 3, timestamp=now)
+    keyed.flush()
+    run_once(spark, latest, timeout=900)
+    keyed.send("f", timestamp=now - 10)  # the next batch: the version is in the table
+    keyed.flush()
+    run_once(spark, latest, timeout=900)
+    found = table(spark, latest.target.path)
+    assert sorted((r._uid, r.v, r._deleted) for r in found.collect()) == [("e", 7, True), ("f", 3, True)]
