@@ -100,7 +100,10 @@ def _check_jar_mode() -> None:
 
 def configure_builder(builder, extra_conf: dict[str, str] | None = None, mode: str | None = None):
     """Return `builder` set up for Delta and Kafka; `extra_conf` wins over defaults."""
-    settings = {**DELTA_CONF, **jar_conf(mode), **(extra_conf or {})}
+    return _configured(builder, {**DELTA_CONF, **jar_conf(mode), **(extra_conf or {})})
+
+
+def _configured(builder, settings: dict[str, str]):
     for key, value in settings.items():
         builder = builder.config(key, value)
     return builder
@@ -115,18 +118,37 @@ def get_session(app_name: str = "ingest", conf: dict[str, str] | None = None,
     if existing is not None:
         return existing
     _check_jar_mode()
-    builder = SparkSession.builder.appName(app_name)
-    conf = dict(conf or {})
-    if not (on_databricks() or under_spark_submit()):
+    local = not (on_databricks() or under_spark_submit())
+    settings = {"spark.app.name": app_name, **DELTA_CONF, **jar_conf(),
+                **(LOCAL_DEFAULTS if local else {}), **(conf or {})}
+    if local:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         # Python workers (the avro/protobuf decoders) need the driver's packages:
         # locally that is the driver's own interpreter, not whatever python3 is on PATH.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        conf = {**LOCAL_DEFAULTS, **conf}
-        builder = builder.master(master or conf.pop("spark.master", "local[*]"))
-    session = configure_builder(builder, conf).getOrCreate()
+        settings["spark.master"] = master or settings.get("spark.master", "local[*]")
+        launch_jvm_apart(settings)
+    session = _configured(SparkSession.builder, settings).getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     return session
+
+
+def launch_jvm_apart(settings: dict[str, str]) -> None:
+    """Start the driver JVM in a session of its own, as pyspark would start it otherwise.
+
+    `timeout`, container inits and a terminal's Ctrl-C signal the whole process
+    group; a JVM in that group dies of the SIGTERM before `ingest run` has stopped
+    its queries. Out of the group, the JVM hears only `ingest`, and it still exits
+    when this process goes away (its stdin, a pipe from here, closes). systemd's
+    KillMode=control-group signals every process of the unit, this JVM too: the
+    supervisor takes a JVM gone after a stop request for a stop."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:  # a JVM this process started already
+        return
+    conf = SparkConf(loadDefaults=False).setAll(list(settings.items()))
+    SparkContext._ensure_initialized(gateway=launch_gateway(conf, popen_kwargs={"start_new_session": True}))
 
 
 def existing_session():

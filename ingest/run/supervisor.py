@@ -8,6 +8,7 @@ the queries; `wait` stops every query cleanly on request or when one fails.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass
@@ -137,6 +138,7 @@ class Supervisor:
 
     def request_stop(self) -> None:
         self._stop.set()
+        _quiet_lost_gateway()
 
     def wait(self, poll_s: float = 0.5) -> list[Outcome]:
         """Until every query ended. A failed pipeline is reported at once and left
@@ -145,32 +147,71 @@ class Supervisor:
         outcomes: dict[str, Outcome] = {}
         try:
             while len(outcomes) < len(self.running):
-                for run in self.running:
-                    if run.pipeline.name in outcomes:
-                        continue
-                    _await(run.query, poll_s / max(1, len(self.running)))
-                    if not run.query.isActive:
-                        outcome = outcomes[run.pipeline.name] = self._outcome(run)
-                        if outcome.error and not self.fail_fast and len(outcomes) < len(self.running):
-                            self.on_note(f"{outcome.error}\n{run.pipeline.name} is stopped; the other "
-                                         "pipelines go on (--fail-fast stops them all)")
+                try:
+                    self._poll(outcomes, poll_s)
+                except Exception as error:
+                    if self._driver_alive():
+                        raise
+                    self._driver_gone(outcomes, error)
                 if self._stop.is_set() or (self.fail_fast and any(o.error for o in outcomes.values())):
                     self._stop_all()
         finally:
             self._stop_all()
         return [outcomes[r.pipeline.name] for r in self.running]
 
+    def _poll(self, outcomes: dict[str, Outcome], poll_s: float) -> None:
+        for run in self.running:
+            if run.pipeline.name in outcomes:
+                continue
+            _await(run.query, poll_s / max(1, len(self.running)))
+            if not run.query.isActive:
+                outcome = outcomes[run.pipeline.name] = self._outcome(run)
+                if outcome.error and not self.fail_fast and len(outcomes) < len(self.running):
+                    self.on_note(f"{outcome.error}\n{run.pipeline.name} is stopped; the other "
+                                 "pipelines go on (--fail-fast stops them all)")
+
+    def _driver_alive(self) -> bool:
+        """Whether the driver JVM still answers with its SparkContext running."""
+        try:
+            return not self.spark.sparkContext._jsc.sc().isStopped()
+        except Exception:  # py4j: the gateway itself is gone
+            return False
+
+    def _stopped_with_driver(self) -> bool:
+        """A stop was requested and the driver JVM went with it: systemd's control-group
+        mode signals every process of the unit at once, the JVM too, which then shuts
+        down (or dies) while the queries are being stopped. That is the stop asked for;
+        the signal may reach this process a moment after the JVM, hence the grace."""
+        return not self._driver_alive() and self._stop.wait(_STOP_GRACE_S)
+
+    def _driver_gone(self, outcomes: dict[str, Outcome], error: BaseException) -> None:
+        """Every pipeline still running ends: stopped if a stop was requested, else failed."""
+        stopped = self._stopped_with_driver()
+        for run in self.running:
+            if run.pipeline.name not in outcomes:
+                outcomes[run.pipeline.name] = Outcome(run.pipeline.name, run.batches) if stopped else Outcome(
+                    run.pipeline.name, run.batches, f"pipeline {run.pipeline.name}: the Spark driver (JVM) "
+                    f"stopped under the run: {_first_lines(error, 1)}; the next run resumes from the "
+                    "checkpoint", cause=error)
+
     def _stop_all(self) -> None:
         for run in self.running:
-            if run.query is not None and run.query.isActive:
-                run.query.stop()
+            try:
+                if run.query is not None and run.query.isActive:
+                    run.query.stop()
+            except Exception:
+                if self._driver_alive():
+                    raise  # the JVM is gone otherwise: nothing is left to stop
         if self.metrics is not None:
             self.metrics.close()
         self.release()
 
     def _outcome(self, run: _Running) -> Outcome:
-        error = run.query.exception()
-        if error is None:
+        try:
+            error = run.query.exception()
+        except Exception as lost:  # the JVM went away between isActive and here
+            error = lost
+        if error is None or self._stopped_with_driver():
             return Outcome(run.pipeline.name, run.batches)
         return self._failed(run, error)
 
@@ -192,6 +233,22 @@ class Supervisor:
         text = (f"pipeline {run.pipeline.name} failed in batch {batch_id} ({where} {position}): "
                 f"{_first_lines(cause)}")
         return Outcome(run.pipeline.name, run.batches, text, batch_id, offsets, cause)
+
+
+_STOP_GRACE_S = 5.0
+
+
+def _quiet_lost_gateway() -> None:
+    """Once a stop is requested the JVM may go first (systemd signals every process of
+    a unit): a batch still running on py4j's callback thread then finds it gone, and
+    py4j logs each such call with a traceback, partly on the root logger. Nothing is
+    wrong then; the stop's own outcome is what `run` reports."""
+    logging.getLogger("py4j").setLevel(logging.CRITICAL)
+    logging.getLogger().addFilter(_not_a_py4j_send)
+
+
+def _not_a_py4j_send(record: logging.LogRecord) -> bool:
+    return record.getMessage() != "Exception while sending command."
 
 
 def _spec_problems(spark, pipeline: Pipeline) -> list:

@@ -61,18 +61,44 @@ class IngestProcess:
             raise AssertionError(f"ingest run still running after {timeout}s; log:\n{self.output()[-3000:]}") from None
 
     def kill(self) -> None:
-        """SIGKILL the whole group: the Python driver and its JVM, as a machine crash would."""
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        """SIGKILL the Python driver and its JVM at once, as a machine crash would (the JVM
+        has a process group of its own: ingest.platform.session.launch_jvm_apart)."""
+        for group in [self.process.pid, *child_groups(self.process.pid)]:
+            try:
+                os.killpg(group, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         self.process.wait(timeout=30)
 
     def terminate(self) -> None:
         self.process.send_signal(signal.SIGTERM)
 
+    def signal_group(self, number: int) -> None:
+        """What `timeout`, container inits and a terminal's Ctrl-C do: the signal to the group."""
+        os.killpg(self.process.pid, number)
+
+    def signal_every_process(self, number: int) -> None:
+        """What systemd's default KillMode=control-group does: the signal to every process
+        of the unit, the JVM's group too."""
+        for group in [*child_groups(self.process.pid), self.process.pid]:
+            os.killpg(group, number)
+
     def output(self) -> str:
         return self.log.read_text(errors="replace")
+
+
+def child_groups(pid: int) -> set[int]:
+    """The process groups of `pid`'s children that are not its own group."""
+    groups = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        parent, group = int(fields[1]), int(fields[2])
+        if parent == pid and group != pid:
+            groups.add(group)
+    return groups
 
 
 def wait_for(condition, timeout: float, what: str, details=lambda: "", poll: float = 0.2):

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
 
 from confluent_kafka import Producer
+from deltalake import DeltaTable as RustTable
 
 from tests.integration.processes import IngestProcess, wait_for, write_pipeline
 
@@ -47,18 +49,41 @@ def test_a_failing_query_exits_1_naming_pipeline_batch_and_offsets(kafka, topic,
     assert f"{topic}/0:6" in error[0] and f"{topic}/1:5" in error[0]
 
 
-def test_sigterm_stops_a_continuous_run_cleanly(kafka, topic, tmp_path):
-    send_orders(kafka, topic, 10)
-    pipeline_file = write_pipeline(tmp_path, topic, trigger={"processing_time": "1 second"})
-    run = IngestProcess(pipeline_file, kafka.bootstrap, tmp_path / "run.log", once=False)
+def stop_after_a_batch(run: IngestProcess, stop, code: int) -> str:
     try:
-        wait_for(lambda: "crashy batch 0" in run.output(), 240, "the first batch")
-        run.terminate()
-        assert run.wait(timeout=120) == 0
+        wait_for(lambda: "crashy batch " in run.output(), 900, "a batch", lambda: run.output()[-2000:])
+        stop(run)
+        assert run.wait(timeout=300) == code, run.output()[-3000:]
     finally:
         run.kill()
-    assert "crashy: stopped after" in run.output()
-    assert not (tmp_path / "checkpoints" / "crashy" / "_ingest_lease.json").exists()
+    return run.output()
+
+
+def test_a_signal_to_the_process_group_stops_a_continuous_run_cleanly(kafka, topic, tmp_path):
+    # as `timeout`, container inits and a terminal's Ctrl-C stop a process: the signal reaches
+    # every process of the group at once; systemd's default KillMode=control-group signals the
+    # JVM too. Mid-batch here (20 small batches queued).
+    send_orders(kafka, topic, 400)
+    source = {"kafka": {"bootstrap_servers": "${KAFKA_BOOTSTRAP}", "topics": [topic], "max_offsets_per_trigger": 20}}
+    pipeline_file = write_pipeline(tmp_path, topic, trigger={"processing_time": "1 second"}, source=source)
+    stops = [("group-sigterm", lambda run: run.signal_group(signal.SIGTERM), 0),
+             ("unit-sigterm", lambda run: run.signal_every_process(signal.SIGTERM), 0),
+             ("group-sigint", lambda run: run.signal_group(signal.SIGINT), 130)]
+    for name, stop, code in stops:
+        output = stop_after_a_batch(IngestProcess(pipeline_file, kafka.bootstrap, tmp_path / f"{name}.log",
+                                                  once=False), stop, code)
+        # nothing from Python: no traceback, no py4j error (the JVM's own log lines may name them)
+        python_errors = [line for line in output.splitlines()
+                         if line.startswith(("Traceback", "py4j.protocol", "ERROR:root"))]
+        assert not python_errors, output[-3000:]
+        assert "crashy: stopped after" in output
+        assert not (tmp_path / "checkpoints" / "crashy" / "_ingest_lease.json").exists()
+
+    source["kafka"]["max_offsets_per_trigger"] = 5000  # the rest in one batch
+    rerun = IngestProcess(write_pipeline(tmp_path, topic, source=source), kafka.bootstrap, tmp_path / "rerun.log")
+    assert rerun.wait(timeout=600) == 0, rerun.output()[-3000:]
+    uids = RustTable(str(tmp_path / "tables" / "crashy")).to_pyarrow_table(columns=["_uid"]).column("_uid")
+    assert sorted(uids.to_pylist()) == [f"u{i:06d}" for i in range(400)]  # each once, none lost
 
 
 def test_an_unreachable_broker_fails_fast(tmp_path):
