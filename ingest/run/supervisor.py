@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -67,6 +68,7 @@ class Supervisor:
         self.metrics: Metrics | None = None
         self.running: list[_Running] = []
         self._stop = threading.Event()
+        self._maintenance: ThreadPoolExecutor | None = None  # compaction beside the batches
 
     def claim(self) -> None:
         """Leases and broker checks for every pipeline; on any failure none is held."""
@@ -132,9 +134,20 @@ class Supervisor:
             self.metrics.observe(report)
         running.catch_up.advance(report.summary.end_offsets)
         self.on_report(report, running.catch_up)
-        if running.optimize is not None and running.optimize.due():  # between two batches
-            for done in running.optimize.run(self.spark):
-                self.on_note(f"{report.pipeline}: {done.line()}")
+        if running.optimize is not None and running.optimize.due():
+            if self._maintenance is None:
+                self._maintenance = ThreadPoolExecutor(1, thread_name_prefix="ingest-maintenance")
+            self._maintenance.submit(self._optimize, running.optimize, report.pipeline)
+
+    def _optimize(self, schedule: OptimizeSchedule, pipeline: str) -> None:
+        """Beside the batches, not inside one: compaction that fails (a conflict that
+        outlasts its retries, say) is told and the run goes on; the next one may do."""
+        try:
+            for done in schedule.run(self.spark):
+                self.on_note(f"{pipeline}: {done.line()}")
+        except Exception as error:
+            self.on_note(f"{pipeline}: maintenance.optimize_every: compaction failed, the run goes on: "
+                         f"{_first_lines(error, 1)}")
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -157,6 +170,8 @@ class Supervisor:
                     self._stop_all()
         finally:
             self._stop_all()
+            if self._maintenance is not None:  # on a stop request, those queued do not start
+                self._maintenance.shutdown(wait=True, cancel_futures=self._stop.is_set())
         return [outcomes[r.pipeline.name] for r in self.running]
 
     def _poll(self, outcomes: dict[str, Outcome], poll_s: float) -> None:

@@ -58,3 +58,30 @@ def test_optimize_every_compacts_between_batches_and_maintain_reports_files(
     reported = json.loads(capsys.readouterr().out)
     assert [(r["table"], r["action"]) for r in reported] == [("target", "optimize"), ("dead letters", "optimize")]
     assert reported[0]["before"]["count"] == reported[0]["after"]["count"] == 1
+
+
+def unwritable_table(path) -> None:
+    """A Delta table of two small files (something to compact) that then came to need a
+    writer feature no Delta release knows: every write to it, OPTIMIZE's included, fails."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    for x in (1, 2):
+        write_deltalake(str(path), pa.table({"x": [x]}), mode="append")
+    protocol = {"protocol": {"minReaderVersion": 1, "minWriterVersion": 7,
+                             "writerFeatures": ["ingestTestUnknownFeature"]}}
+    (path / "_delta_log" / f"{2:020d}.json").write_text(json.dumps(protocol) + "\n")
+
+
+def test_a_compaction_that_fails_does_not_fail_the_run(spark, kafka, topic, pipeline, tmp_path):
+    # the dead letters (none in this run) are a table every compaction fails on
+    pipeline = replace(small_batches(pipeline), operations=Operations(maintenance=Maintenance(
+        optimize_every_batches=1)))
+    unwritable_table(tmp_path / "dead_letter" / "orders")
+    send(kafka, topic, [f"a{i}" for i in range(20)], partition=0)
+
+    outcomes, notes = supervised_run(spark, pipeline)
+    assert [o.error for o in outcomes] == [None] and outcomes[0].batches == 2, outcomes
+    failed = [n for n in notes if "compaction failed, the run goes on" in n]
+    assert len(failed) == 2, notes
+    assert spark.read.format("delta").load(pipeline.target.path).count() == 20
