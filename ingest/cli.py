@@ -938,14 +938,25 @@ def render_per_table(report, render_one) -> str:
 
 def render_verify_changes(report) -> str:
     r = report
-    figures = [("changes", r.changes, "good envelopes up to the end offsets in the Delta log"),
+    audited = r.topic_records - r.not_yet_ingested - r.before_start
+    figures = [("topic records", r.topic_records, f"{audited} audited, {r.not_yet_ingested} not yet ingested, "
+                                                  f"{r.before_start} before the start"),
+               ("changes", r.changes, "applied: good envelopes among the audited records"),
                ("keys", r.keys, f"{r.live} live, {r.deleted} deleted by their last change"),
-               ("differing keys", r.differing, "the table does not hold the last change")]
+               ("dead letters", r.dead_letters, f"{r.failed} audited record(s) cannot be applied"),
+               ("filtered", r.filtered, "tombstones after a delete, transform.where"),
+               ("differing keys", r.differing, "the table does not hold the last change"),
+               ("unaccounted offsets", r.unaccounted, "failures not in the dead letters, or good ones in them")]
     lines = [f"verify {r.pipeline}: {'OK' if r.ok else 'FAILED'}"]
     lines += [f"  {name:<20}{value:>10}  {note}".rstrip() for name, value, note in figures]
     if r.examples:
         lines.append(f"differing keys (first {len(r.examples)} of {r.differing}):")
         lines += [f"  {e.uid}: expected {e.expected}, found {e.found}" for e in r.examples]
+    if r.unaccounted_examples:
+        lines.append(f"unaccounted offsets (first {len(r.unaccounted_examples)} of {r.unaccounted}):")
+        lines += [f"  {e.topic}/{e.partition}@{e.offset}: {e.why}" for e in r.unaccounted_examples]
+    lines += [f"finding: {finding}" for finding in r.findings]
+    lines += [f"note: {note}" for note in r.notes]
     return "\n".join(lines)
 
 

@@ -115,17 +115,17 @@ def verify(spark, pipeline: Pipeline, only_topics: tuple[str, ...] | None = None
     # Spark's Kafka client retries refused credentials for minutes: ask first, fail fast.
     subscribed = kafka_admin.check_reachable(pipeline.source.kafka)
     target = _read_delta(spark, pipeline.target)
-    dead = _dead_letters(spark, pipeline, only_topics)
-    scope, notes, beyond = _scope(spark, pipeline, target is not None, only_topics)
+    dead = dead_letters(spark, pipeline, only_topics)
+    scope, notes, beyond = audit_scope(spark, pipeline, target is not None, only_topics)
     raw = read_topic(spark, pipeline).persist()
     try:
-        findings = _outside_ledger(pipeline, raw, beyond, target is not None)
-        records = _records(spark, pipeline, raw, dead, _uid_holders(spark, pipeline, target), scope)
+        findings = outside_ledger(pipeline, raw, beyond, target is not None)
+        compared = _compared_columns(spark, pipeline, raw, target)
+        records = _records(spark, pipeline, raw, dead, _uid_holders(spark, pipeline, target), scope, compared)
         try:
             compacted = kafka_admin.compacted_topics(pipeline.source.kafka, subscribed) if target else set()
-            findings += _row_findings(pipeline, records, target, _payload_columns(spark, pipeline, raw),
-                                      compacted)
-            report = _report(pipeline.name, records, target, dead, notes)
+            findings += _row_findings(pipeline, records, target, compared.columns, compacted)
+            report = _report(pipeline.name, records, target, dead, notes + compared.notes)
             return replace(report, findings=tuple(findings))
         finally:
             records.unpersist()
@@ -167,7 +167,7 @@ def _read_delta(spark, where) -> DataFrame | None:
     return spark.read.table(where.table) if where.table else spark.read.format("delta").load(where.path)
 
 
-def _dead_letters(spark, pipeline: Pipeline, only_topics=None) -> DataFrame:
+def dead_letters(spark, pipeline: Pipeline, only_topics=None) -> DataFrame:
     rows = _read_delta(spark, pipeline.dead_letter)
     if rows is None:
         return spark.createDataFrame([], "topic STRING, partition INT, offset LONG")
@@ -181,8 +181,8 @@ def _dead_letters(spark, pipeline: Pipeline, only_topics=None) -> DataFrame:
 # --- what the pipeline has consumed ----------------------------------------------------
 
 
-def _scope(spark, pipeline: Pipeline, target_exists: bool, only_topics=None) -> tuple[DataFrame, tuple[str, ...],
-                                                                                       dict]:
+def audit_scope(spark, pipeline: Pipeline, target_exists: bool,
+                only_topics=None) -> tuple[DataFrame, tuple[str, ...], dict]:
     """(topic, partition, start, end) of the offsets to audit, the notes, and the ranges
     consumed beyond the target's ledger. A partition without an end has nothing
     ingested yet; the end is the target's ledger, or further where the pipeline
@@ -229,7 +229,7 @@ def _consumed(spark, pipeline: Pipeline, only_topics=None) -> dict[str, dict[int
     return consumed
 
 
-def _outside_ledger(pipeline: Pipeline, raw: DataFrame, beyond, target_exists: bool) -> list[str]:
+def outside_ledger(pipeline: Pipeline, raw: DataFrame, beyond, target_exists: bool) -> list[str]:
     """Ranges the checkpoint or the dead-letter ledger has consumed and the target's
     ledger has not, that hold records: a range of only transaction markers, aborted
     or compacted-away records has nothing that could have landed."""
@@ -300,13 +300,13 @@ def _read_text(spark, location: str) -> str | None:
 
 
 def _records(spark, pipeline: Pipeline, raw: DataFrame, dead: DataFrame, target: DataFrame | None,
-             scope: DataFrame) -> DataFrame:
+             scope: DataFrame, compared: Compared) -> DataFrame:
     """One row per record of the topic: coordinates, uid, stage, and `fate`; persisted.
 
     Every record's stage is re-derived, dead-lettered or not: a good record found in
     the dead letters is a finding, not accounted."""
     decoded = decode_records(raw, pipeline, payload_schema(spark, pipeline))
-    records = _judge(_staged(pipeline, decoded, ()), dead, target, scope).persist()
+    records = _judge(_staged(pipeline, decoded, (), compared), dead, target, scope).persist()
     try:
         records.count()
         return records
@@ -315,21 +315,57 @@ def _records(spark, pipeline: Pipeline, raw: DataFrame, dead: DataFrame, target:
         if pipeline.transform is None or not transform.is_record_error(error):
             raise
     failed = transform.find_failing(decoded, pipeline.transform)
-    return _judge(_staged(pipeline, decoded, failed), dead, target, scope).persist()
+    return _judge(_staged(pipeline, decoded, failed, compared), dead, target, scope).persist()
 
 
-def _staged(pipeline: Pipeline, decoded: DataFrame, failed) -> DataFrame:
-    """The pipeline's own stages: transform (and where), then the uid."""
+def _staged(pipeline: Pipeline, decoded: DataFrame, failed, compared: Compared) -> DataFrame:
+    """The pipeline's own stages: transform (and where), then the uid; the values as
+    two hashes: of every compared column, and without those the reader fills by a
+    default (a row written before the table had the column holds null there)."""
     staged = staged_records(decoded, pipeline, failed)
-    changing = changing_columns(staged)  # as `_payload_columns`: the same hash on both sides
-    payload = [c for c in staged.columns if c not in (RAW, STAGE, REASON, UID, TOMBSTONE)
-               and c.lower() not in changing]
+    payload = compared.columns
     order_by = upsert_order(pipeline)
     return staged.select(*[F.col(f"{RAW}.{c}").alias(c) for c in COORDINATES],
                          F.col(f"{RAW}.timestamp").alias("__kafka_timestamp"),
                          F.col(UID).alias("uid"), F.col(STAGE).alias("stage"), F.col(REASON).alias("reason"),
+                         (F.col(TOMBSTONE) if TOMBSTONE in staged.columns else F.lit(False)).alias("__tombstone"),
                          (F.col(f"`{order_by}`") if order_by else F.lit(None).cast("string")).alias("__order"),
-                         payload_hash(payload).alias("__payload"))
+                         payload_hash(payload).alias("__payload"),
+                         payload_hash([c for c in payload if c not in compared.defaulted]).alias("__payload_alt"))
+
+
+@dataclass(frozen=True)
+class Compared:
+    """The columns whose values are compared, those of them a default may have filled,
+    and notes on reader columns the table does not have yet."""
+
+    columns: list[str]
+    defaulted: frozenset[str] = frozenset()
+    notes: tuple[str, ...] = ()
+
+
+def _compared_columns(spark, pipeline: Pipeline, raw: DataFrame, target: DataFrame | None) -> Compared:
+    """The payload columns the table has: a reader schema newer than the table (registry
+    `latest`) has columns the table gains only with the next batch."""
+    columns = _payload_columns(spark, pipeline, raw)
+    if target is None:
+        return Compared(columns)
+    has = {c.lower() for c in target.columns}
+    absent = [c for c in columns if c.lower() not in has]
+    kept = [c for c in columns if c.lower() in has]
+    notes = ((f"the reader schema has column(s) the table does not have yet: {', '.join(absent)}; their "
+              "values are not compared (the table gains them with its next batch)",) if absent else ())
+    return Compared(kept, frozenset(c for c in kept if c in _defaulted_fields(spark, pipeline)), notes)
+
+
+def _defaulted_fields(spark, pipeline: Pipeline) -> set[str]:
+    """Avro reader fields with a non-null default: a record written without the field
+    reads the default, where a row written before the table had the column holds null."""
+    if pipeline.source.format != "avro":
+        return set()
+    reader = payload_schema(spark, pipeline).reader
+    fields = json.loads(reader).get("fields", []) if isinstance(reader, str) else []
+    return {f["name"] for f in fields if f.get("default") is not None}
 
 
 def _payload_columns(spark, pipeline: Pipeline, raw: DataFrame) -> list[str]:
@@ -372,7 +408,7 @@ def _judge(records: DataFrame, dead: DataFrame, target: DataFrame | None, scope:
            .otherwise(F.format_string("a %s failure (%s) that is not in the dead letters",
                                       stage, F.coalesce(F.col("reason"), F.lit("no reason")))))
     return joined.select(*COORDINATES, "__kafka_timestamp", "uid", "stage", fate.alias("fate"),
-                         why.alias("why"), "__order", "__payload")
+                         why.alias("why"), "__tombstone", "__order", "__payload", "__payload_alt")
 
 
 def _row_findings(pipeline: Pipeline, records: DataFrame, target: DataFrame | None,
@@ -390,23 +426,81 @@ def _row_findings(pipeline: Pipeline, records: DataFrame, target: DataFrame | No
                          F.col("_partition").alias("partition"), F.col("_offset").alias("offset"),
                          payload_hash(list(payload_columns)).alias("__row_payload"))
     rows = rows.join(good.select("uid").distinct(), "uid", "left_semi")
+    findings: list[str] = []
     if pipeline.target.mode == "upsert":
+        if pipeline.deletes_by_tombstone:
+            good = _tombstones_ordered(good)
         latest = Window.partitionBy("uid").orderBy(F.col("__order").desc_nulls_last(),
                                                     F.col("__kafka_timestamp").desc(),
                                                     *[F.col(c).desc() for c in COORDINATES])
         winners = (good.withColumn("__rank", F.row_number().over(latest)).where("__rank = 1")
-                   .select("uid", F.col("__payload").alias("__expected")))
-        wrong = rows.join(winners, "uid").where(F.col("__row_payload") != F.col("__expected"))
+                   .select("uid", F.col("__payload").alias("__expected"), "__tombstone",
+                           F.col("__payload_alt").alias("__expected_alt")))
+        # a deleted key's soft row keeps the values of the version it deleted: its delete state is judged
+        wrong = rows.join(winners, "uid").where(~F.col("__tombstone")
+                                                & (F.col("__row_payload") != F.col("__expected"))
+                                                & (F.col("__row_payload") != F.col("__expected_alt")))
+        if pipeline.deletes_by_tombstone:
+            findings = _delete_findings(pipeline, target, winners)
         what = "does not hold the latest version (by order_by, then Kafka timestamp, then position)"
     else:
         wrong = _misplaced(rows, records, compacted)
         what = "is not at the coordinates of a record with its uid, or holds other values"
     count = wrong.count()
     if not count:
-        return []
+        return findings
     shown = wrong.orderBy("uid").limit(EXAMPLES).collect()
     examples = ", ".join(f"{r.uid} ({r.topic}/{r.partition}@{r.offset})" for r in shown)
-    return [f"{count} target row(s) {what}: {examples}"]
+    return [f"{count} target row(s) {what}: {examples}", *findings]
+
+
+def _tombstones_ordered(good: DataFrame) -> DataFrame:
+    """Each tombstone with the `order_by` of the version it deletes, as the MERGE gives
+    it (merge_tombstones): the latest of its key's versions that precede it in Kafka
+    order, within one partition by offset, across partitions by Kafka timestamp, then
+    position. A tombstone nothing precedes keeps a null order and loses to any version."""
+    versions = good.where(~F.col("__tombstone")).select(
+        F.col("uid").alias("__v_uid"), F.col("__order").alias("__v_order"),
+        F.struct(F.col("__kafka_timestamp"), *[F.col(c) for c in COORDINATES]).alias("__v_at"))
+    tombstones = good.where(F.col("__tombstone"))
+    here = F.struct(F.col("__kafka_timestamp"), *[F.col(c) for c in COORDINATES])
+    same_partition = (F.col("__v_at.topic") == F.col("topic")) & (F.col("__v_at.partition") == F.col("partition"))
+    precedes = (F.col("__v_uid") == F.col("uid")) & F.when(
+        same_partition, F.col("__v_at.offset") < F.col("offset")).otherwise(F.col("__v_at") < here)
+    taken = (tombstones.join(versions, precedes, "left").groupBy(*COORDINATES)
+             .agg(F.max("__v_order").alias("__taken")))
+    ordered = tombstones.join(taken, COORDINATES).withColumn("__order", F.col("__taken")).drop("__taken")
+    return good.where(~F.col("__tombstone")).unionByName(ordered)
+
+
+def _delete_findings(pipeline: Pipeline, target: DataFrame, winners: DataFrame) -> list[str]:
+    """A key deleted by its latest record must be deleted in the table (soft: `_deleted`,
+    `_op` 'd'; hard: no row), and a key whose latest record is a version must have a
+    live row: a row deleted by hand is a finding even where the delete log holds its key."""
+    columns = {c.lower() for c in target.columns}
+    deleted = F.coalesce(F.col("_deleted"), F.lit(False)) if "_deleted" in columns else F.lit(False)
+    op = F.col("_op") if "_op" in columns else F.lit(None).cast("string")
+    rows = target.select(F.col(UID).alias("uid"), deleted.alias("__row_deleted"), op.alias("__row_op"))
+    joined = winners.join(rows, "uid", "left")
+    hard = pipeline.target.deletes == "hard"
+    present = F.col("__row_deleted").isNotNull()
+    if hard:
+        wrong = joined.where(F.col("__tombstone") == present)
+    else:  # a table written before `_op` existed holds null there: not held against it
+        op_differs = F.col("__row_op").isNotNull() & (
+            F.col("__row_op") != F.when(F.col("__tombstone"), F.lit("d")).otherwise(F.lit("u")))
+        wrong = joined.where(~present | (F.col("__row_deleted") != F.col("__tombstone")) | op_differs)
+    count = wrong.count()
+    if not count:
+        return []
+    shown = wrong.orderBy("uid").limit(EXAMPLES).collect()
+    state = ", ".join(f"{r.uid} ({'deleted' if r['__tombstone'] else 'live'} by its latest record, "
+                      f"{_row_state(r['__row_deleted'])} in the table)" for r in shown)
+    return [f"{count} key(s) whose delete state in the table is not their latest record's: {state}"]
+
+
+def _row_state(deleted: bool | None) -> str:
+    return "no row" if deleted is None else "deleted" if deleted else "live"
 
 
 def _misplaced(rows: DataFrame, records: DataFrame, compacted: set[str]) -> DataFrame:
@@ -416,14 +510,16 @@ def _misplaced(rows: DataFrame, records: DataFrame, compacted: set[str]) -> Data
     offset (retention), or anywhere on a compacted topic (the cleaner keeps a later
     copy of the uid with the same key, the row keeps the first)."""
     there = records.select(*COORDINATES, F.lit(True).alias("__there"), F.col("uid").alias("__there_uid"),
-                           F.col("stage").alias("__there_stage"), F.col("__payload").alias("__there_payload"))
+                           F.col("stage").alias("__there_stage"), F.col("__payload").alias("__there_payload"),
+                           F.col("__payload_alt").alias("__there_payload_alt"))
     first = records.groupBy("topic", "partition").agg(F.min("offset").alias("__first"))
     joined = rows.join(there, COORDINATES, "left").join(F.broadcast(first), ["topic", "partition"], "left")
     absent = F.col("__there").isNull()
     removed = (F.col("topic").isin(*sorted(compacted)) if compacted else F.lit(False)) | \
         (F.col("offset") < F.coalesce(F.col("__first"), F.lit(0)))
     other = (~F.col("__there_uid").eqNullSafe(F.col("uid")) | F.col("__there_stage").isNotNull()
-             | (F.col("__there_payload") != F.col("__row_payload")))
+             | ((F.col("__there_payload") != F.col("__row_payload"))
+                & (F.col("__there_payload_alt") != F.col("__row_payload"))))
     return joined.where(F.when(absent, ~removed).otherwise(other))
 
 

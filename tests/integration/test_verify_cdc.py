@@ -80,3 +80,81 @@ def test_each_table_of_a_per_topic_cdc_pipeline_is_audited_by_command_and_api(
     tampered = ingest.verify(spark, shop_file)
     assert not tampered.ok
     assert [t.report.ok for t in tampered.tables] == [True, False]
+
+
+def customers(pipeline, **cdc):
+    """The test pipeline, reading customer changes into an upsert with soft deletes."""
+    return replace(pipeline, name="customers", source=replace(pipeline.source, schema=ROW),
+                   uid=Uid(field="id"), cdc=Cdc(key=("id",), **cdc),
+                   target=replace(pipeline.target, mode="upsert"))
+
+
+def delete_below(kafka, topic: str, partition: int, offset: int) -> None:
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(kafka.client_config())  # kept: a collected client never completes its futures
+    for future in admin.delete_records([TopicPartition(topic, partition, offset)]).values():
+        future.result(timeout=60)
+
+
+def test_expired_changes_are_not_judged_and_a_copied_row_is_found(spark, kafka, topic, pipeline, tmp_path, capsys):
+    cdc = customers(pipeline)
+    changes = DebeziumChanges(kafka, topic)
+    changes.send("c", 1, 10, {"name": "ann", "tier": "a"})  # key 1's only change: expires below
+    changes.send("c", 2, 11, {"name": "bob", "tier": "a"})
+    changes.send("u", 2, 12, {"name": "bob", "tier": "b"})
+    changes.send("c", 3, 13, {"name": "cy", "tier": "a"}, partition=1)
+    changes.flush()
+    run_once(spark, cdc, timeout=900)
+    delete_below(kafka, topic, 0, 2)  # retention: key 1's create and key 2's first change are gone
+
+    report = ingest.verify(spark, write(cdc, tmp_path, "customers"))
+    assert report.ok, report
+    assert (report.changes, report.keys, report.differing, report.unaccounted) == (2, 2, 0, 0)
+
+    rows = spark.read.format("delta").load(cdc.target.path)
+    rows.where("id = 3").write.format("delta").mode("append").save(cdc.target.path)  # key 3 twice
+    copied = ingest.verify(spark, write(cdc, tmp_path, "customers"))
+    assert not copied.ok
+    assert [(e.uid, e.found) for e in copied.examples] == [("3", "2 rows")]
+
+
+def test_a_latest_cdc_pipeline_audits_from_its_start(spark, kafka, topic, pipeline):
+    cdc = customers(pipeline)
+    cdc = replace(cdc, source=replace(cdc.source, kafka=replace(cdc.source.kafka, starting_offsets="latest")))
+    changes = DebeziumChanges(kafka, topic)
+    changes.send("c", 1, 10, {"name": "ann", "tier": "a"})  # before the start: never read
+    changes.send("c", 2, 11, {"name": "bob", "tier": "a"})
+    changes.flush()
+    run_once(spark, cdc, timeout=900)  # starts at the end
+    changes.send("u", 2, 12, {"name": "bob", "tier": "b"})
+    changes.send("c", 3, 13, {"name": "cy", "tier": "a"})
+    changes.flush()
+    run_once(spark, cdc, timeout=900)
+
+    from ingest.audit.dispatch import verify_pipeline
+
+    report = verify_pipeline(spark, cdc)
+    assert report.ok, report
+    assert (report.before_start, report.changes, report.keys) == (2, 2, 2)
+
+
+def test_changes_all_in_the_dead_letters_are_a_finding(spark, kafka, topic, pipeline, tmp_path, capsys):
+    cdc = customers(pipeline, sequence="source.scn")  # not in a postgres envelope: every change a dead letter
+    changes = DebeziumChanges(kafka, topic)
+    changes.send("c", 1, 10, {"name": "ann", "tier": "a"})
+    changes.send("u", 1, 11, {"name": "ann", "tier": "b"})
+    changes.flush()
+    run_once(spark, cdc, timeout=900)
+
+    code, out = verify_exit(write(cdc, tmp_path, "customers"), capsys)
+    assert code == 1, out
+    assert "every audited change (2) is in the dead letters" in out, out
+
+    DeltaTable.forPath(spark, cdc.dead_letter.path).delete("_offset = 1")
+    from ingest.audit.dispatch import verify_pipeline
+
+    lost = verify_pipeline(spark, cdc)
+    assert (lost.dead_letters, lost.failed, lost.unaccounted) == (1, 2, 1)
+    assert "not in the dead letters" in lost.unaccounted_examples[0].why
