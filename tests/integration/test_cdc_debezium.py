@@ -257,6 +257,15 @@ def test_mysql_history_orders_by_binlog_position_not_the_connector_clock(spark, 
         == sorted(expected, key=lambda version: (version[0], version[2]))
     assert [r.first_name for r in found.where("_current").orderBy("id").collect()] == ["Sara", "Anne"]
 
+    from delta.tables import DeltaTable
+
+    from ingest.audit.verify_changes import verify_changes
+
+    assert verify_changes(spark, pipeline).ok
+    DeltaTable.forPath(spark, pipeline.target.path).update("id = 1001 AND _current", {"first_name": "'x'"})
+    report = verify_changes(spark, pipeline)
+    assert (report.ok, report.differing) == (False, 1)
+
 
 def test_history_after_a_column_is_added_then_dropped(spark, kafka, topic, cdc_of):
     """#27.6: the SCD2 timeline unions the stored versions with the batch's; with a column added
