@@ -10,6 +10,7 @@ from typing import Mapping
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructField, StructType
 
 from ingest.batch import ledger
 from ingest.batch.decode import RAW, REASON, STAGE
@@ -74,7 +75,7 @@ def write(rows: DataFrame, table: DeadLetter, txn: Txn, widen_lost: bool = False
     session = rows.sparkSession
     _create_if_missing(session, table, rows)
     located = DeltaTable.forName(session, table.table) if table.table else DeltaTable.forPath(session, table.path)
-    _add_topic_id_if_missing(session, table, located)
+    _upgrade_if_older(session, table, located)
     condition = " AND ".join([f"t.{column} = s.{column}" for column in KEY] + [_SAME_TOPIC])
     with ledger.txn_settings(session, txn):
         merge = located.alias("t").merge(rows.alias("s"), condition)
@@ -84,13 +85,18 @@ def write(rows: DataFrame, table: DeadLetter, txn: Txn, widen_lost: bool = False
         merge.whenNotMatchedInsertAll().execute()
 
 
-def _add_topic_id_if_missing(session, table: DeadLetter, located) -> None:
+def _upgrade_if_older(session, table: DeadLetter, located) -> None:
     """A table created before dead letters carried the topic id gets the column (null in
-    its rows, which then match by coordinates alone)."""
-    if TOPIC_ID in located.toDF().columns:
-        return
+    its rows, which then match by coordinates alone); one created NOT NULL where a lost
+    range's row has no value (its batch id, when recovery finds it before any batch)
+    lets the column hold null."""
     name = table.table or f"delta.`{table.path}`"
-    session.sql(f"ALTER TABLE {name} ADD COLUMNS ({TOPIC_ID} STRING)")
+    fields = located.toDF().schema.fields
+    if TOPIC_ID not in [field.name for field in fields]:
+        session.sql(f"ALTER TABLE {name} ADD COLUMNS ({TOPIC_ID} STRING)")
+    for field in fields:
+        if not field.nullable:
+            session.sql(f"ALTER TABLE {name} ALTER COLUMN {field.name} DROP NOT NULL")
 
 
 def _create_if_missing(session, table: DeadLetter, rows: DataFrame) -> None:
@@ -99,4 +105,7 @@ def _create_if_missing(session, table: DeadLetter, rows: DataFrame) -> None:
     builder = DeltaTable.createIfNotExists(session)
     builder = builder.tableName(builder_name(table.table)) if table.table else builder.location(
         builder_location(table.path))
-    builder.addColumns(rows.schema).execute()
+    # Every column nullable: the first rows' literals (pipeline, batch id) would otherwise make
+    # their columns NOT NULL, and a lost range's row, which has no batch id, could never land.
+    builder.addColumns(StructType([StructField(f.name, f.dataType, True, f.metadata)
+                                   for f in rows.schema.fields])).execute()

@@ -14,7 +14,6 @@ import subprocess
 import threading
 import uuid
 
-import pytest
 from confluent_kafka import Producer
 
 from ingest.batch.faults import BATCH_POINTS
@@ -220,10 +219,6 @@ def delete_below(kafka, topic: str, partition: int, offset: int) -> None:
         future.result(timeout=60)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "#27 found by this test: a lost range recorded into a dead-letter table that decode dead letters "
-    "created fails the batch (DELTA_NOT_NULL_CONSTRAINT_VIOLATED for column batch_id: the lost row's "
-    "batch_id is null, the table took NOT NULL from the first dead letters' literal)"))
 def test_a_tombstone_pipeline_is_exact_through_crashes_and_lost_ranges(spark, kafka, topic, tmp_path):
     """Tombstones by key and ranges deleted below the consumer (on_data_loss: record) while runs
     are killed at each batch point: every surviving record applied once, each lost range one row."""

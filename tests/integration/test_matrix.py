@@ -6,7 +6,9 @@ tombstones by key, cdc with soft deletes, hard deletes and history, each with on
 table and with a table per topic (a pattern, `${topic}` in target.path), JSON, and
 Avro through the registry stand-in for insert_only and cdc. Per cell:
 
-- a crash at every batch fault point on a later batch (the run's batch 1): the
+- a crash at every batch fault point on a later batch (the run's batch 1; with a
+  table per topic, between_tables and after_target_commit: its tables each go
+  through the single-table path the one-table cell crashed at every point): the
   point raises in this process (`faults.raising`), which leaves the durable state
   a SIGKILL leaves there (the argument is in ingest/batch/faults.py; during_merge
   needs a real kill and stays in test_crash_harness.py and test_cdc_crash.py);
@@ -444,9 +446,12 @@ def test_every_kind_is_exact_through_crashes_a_lost_checkpoint_and_a_replay(
     phase(0)
     run_once(spark, pipeline, timeout=600)  # batch 0: the tables exist
     phase(1)
-    points = ("before_dead_letter", "after_dead_letter", "after_target_commit",
-              *(("between_tables",) if per_topic else ()))
-    for point in points:  # each at batch 1, the state each leaves the next run's to repair
+    # Each at batch 1, the state each leaves the next run's to repair. A table per topic runs
+    # every table through the single-table path (a processor per table), so its cell adds the
+    # point only it has, and the one that leaves a table committed, not the two before.
+    points = ("between_tables", "after_target_commit") if per_topic else (
+        "before_dead_letter", "after_dead_letter", "after_target_commit")
+    for point in points:
         crash(spark, pipeline, point)
     run_once(spark, pipeline, timeout=600)  # batch 1 again, the checkpoint behind the Delta log
     phase(2)
