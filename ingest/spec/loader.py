@@ -494,7 +494,8 @@ def _kafka(c: Check, source: dict) -> KafkaSource | None:
                      "host:port[,host:port...]")
     topics, pattern = _subscription(c, kafka)
     starting = _starting_offsets(c, kafka.get("starting_offsets"), topics)
-    max_offsets = c.integer(f"{p}.max_offsets_per_trigger", kafka.get("max_offsets_per_trigger"),
+    max_offsets = c.integer(f"{p}.max_offsets_per_trigger", kafka.get("max_offsets_per_trigger",
+                                                                    KafkaSource.max_offsets_per_trigger),
                             minimum=1, expected="a positive integer")
     isolation = c.enum(f"{p}.isolation_level", kafka.get("isolation_level"), ISOLATION_LEVELS,
                        "an isolation level", default="read_committed")

@@ -51,7 +51,7 @@ def test_contract_defaults():
     assert (pipeline.source.format, kafka.isolation_level, kafka.allow_data_loss) == \
         ("json", "read_committed", False)
     assert (kafka.starting_offsets, kafka.max_offsets_per_trigger, dict(kafka.options)) == \
-        ("earliest", None, {})
+        ("earliest", 100_000, {})
     assert (pipeline.target.mode, pipeline.transform, dict(pipeline.spark_conf)) == \
         ("insert_only", None, {})
     assert pipeline.trigger == Trigger(available_now=True)
