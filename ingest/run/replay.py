@@ -94,11 +94,14 @@ def _or(offset: int | None, instead: int) -> int:
 
 
 def _committed(spark, pipeline: Pipeline) -> Offsets:
-    entries = []
-    for table in (pipeline.target, Target(path=pipeline.dead_letter.path, table=pipeline.dead_letter.table)):
-        if table_exists(spark, table):
-            entries += ledger.history_entries(spark, table.location, bool(table.table), pipeline.name)
-    return ledger.recorded_offsets(entries)
+    """The target's ledger alone: every batch ends in a target commit, so the dead letters'
+    ledger is ahead of it only when a batch stopped between its two commits, and the
+    pipeline itself will read that batch again."""
+    if not table_exists(spark, pipeline.target):
+        return {}
+    target = pipeline.target
+    return ledger.recorded_offsets(
+        ledger.history_entries(spark, target.location, bool(target.table), pipeline.name))
 
 
 def replay_id(pipeline: Pipeline, span: ReplayRange) -> str:
@@ -161,7 +164,8 @@ def _dead_letter_offsets(spark, pipeline: Pipeline):
     if not table_exists(spark, table):
         return None
     rows = spark.read.table(table.table) if table.table else spark.read.format("delta").load(table.path)
-    return rows.select(F.col("_topic").alias("topic"), F.col("_partition").alias("partition"),
+    own = rows.where(F.col("pipeline") == pipeline.name)  # a dead-letter table may serve several
+    return own.select(F.col("_topic").alias("topic"), F.col("_partition").alias("partition"),
                        F.col("_offset").alias("offset")).distinct()
 
 

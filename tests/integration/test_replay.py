@@ -39,3 +39,40 @@ def test_replay_after_a_transform_change_adds_what_it_now_lets_through(spark, se
     assert files_under(pipeline.checkpoint) == checkpoint_before  # the pipeline's checkpoint is untouched
     assert replay(spark, relaxed, span) == []  # its own checkpoint says it is done
     assert verify(spark, relaxed).ok
+
+
+def test_replay_stops_at_the_targets_ledger_and_takes_only_its_own_dead_letters(
+        spark, sender, pipeline, monkeypatch):
+    """A crash between the dead-letter commit and the target's leaves the dead-letter ledger a
+    batch ahead: replay must end where the target's ledger does (the pipeline has not finished
+    that batch). Another pipeline's dead letter at an offset of this topic is not this one's."""
+    from ingest.batch import faults
+    from ingest.run.query import start_query
+
+    for i in range(4):
+        sender.send({"order_id": f"o{i}", "amount": 1.0, "ts": "2026-11-23T09:00:00"}, uid=f"u{i}")
+    sender.flush()
+    run_once(spark, pipeline, timeout=900)  # offsets 0-3 in the target's ledger
+    sender.send(b"not json", uid="bad")
+    sender.send({"order_id": "o5", "amount": 1.0, "ts": "2026-11-23T09:00:00"}, uid="u5")
+    sender.flush()
+    monkeypatch.setenv(faults.CONFIRM_VARIABLE, faults.CONFIRM_VALUE)
+    query, _ = start_query(spark, pipeline, once=True)
+    try:
+        with faults.raising("after_dead_letter"):
+            query.awaitTermination(600)
+    except Exception as error:  # the run stops there, as a crash would
+        assert "InjectedFault" in str(error), error
+    finally:
+        query.stop()
+    assert table(spark, pipeline.dead_letter.path).count() == 1  # committed, the target's batch not
+
+    span = resolve_range(spark, pipeline, from_ms=0)
+    assert span.records == 4, span.describe()  # not the batch the target never committed
+
+    other = table(spark, pipeline.dead_letter.path).selectExpr(
+        "_topic", "_partition", "1L AS _offset", "_kafka_timestamp", "key", "value", "headers", "stage",
+        "reason", "'another_pipeline' AS pipeline", "batch_id", "_ingested_at", "_topic_id")
+    other.write.format("delta").mode("append").save(pipeline.dead_letter.path)
+    reports = replay(spark, pipeline, span)
+    assert sum(r.summary.read for r in reports) == 4  # offset 1 is another pipeline's dead letter
