@@ -45,6 +45,9 @@ def test_tombstones_delete_in_upsert_order_within_and_across_batches(spark, kafk
     keyed.send("b", 5)
     keyed.send("c"), keyed.send("c", 1)  # a tombstone of a key nothing precedes: the version wins
     keyed.send("d", 3)
+    # deleted and created again in this batch: the delete removes only what preceded it
+    keyed.send("g", 1), keyed.send("g"), keyed.send("g", 2)  # a later order_by
+    keyed.send("h", 3), keyed.send("h"), keyed.send("h", 3, "h3-again")  # the same order_by, a later offset
     keyed.flush()
     run_once(spark, latest, timeout=900)
 
@@ -59,15 +62,17 @@ def test_tombstones_delete_in_upsert_order_within_and_across_batches(spark, kafk
     if deletes == "soft":
         assert sorted((r._uid, r.name, r.v, r._deleted, r._op) for r in found.collect()) == [
             ("a", "a2", 2, True, "d"), ("b", "b5", 5, True, "d"), ("c", "c1", 1, False, "u"),
-            ("d", "d4", 4, False, "u"), ("z", None, None, True, "d")]
+            ("d", "d4", 4, False, "u"), ("g", "g2", 2, False, "u"), ("h", "h3-again", 3, False, "u"),
+            ("z", None, None, True, "d")]
     else:
-        assert sorted((r._uid, r.name, r.v) for r in found.collect()) == [("c", "c1", 1), ("d", "d4", 4)]
+        assert sorted((r._uid, r.name, r.v) for r in found.collect()) == [
+            ("c", "c1", 1), ("d", "d4", 4), ("g", "g2", 2), ("h", "h3-again", 3)]
         log = table(spark, latest.target.path + "_deletes")
         assert sorted((r._uid, r._sequence) for r in log.collect()) == [("a", 2), ("b", 5), ("z", None)]
 
     report = verify(spark, latest)
     assert report.ok, report
-    assert (report.unique_uids, report.missing, report.unaccounted, report.dead_letters) == (5, 0, 0, 0)
+    assert (report.unique_uids, report.missing, report.unaccounted, report.dead_letters) == (7, 0, 0, 0)
 
 
 def test_a_tombstone_with_an_older_producer_clock_still_follows_its_version(spark, kafka, topic, latest):
