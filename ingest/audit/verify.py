@@ -28,7 +28,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from ingest.batch import ledger, transform
-from ingest.batch.dead_letter import FAILURE_STAGES
+from ingest.batch.dead_letter import FAILURE_STAGES, TOPIC_ID
 from ingest.batch.decode import RAW, REASON, STAGE, decode
 from ingest.batch.merge import table_exists
 from ingest.batch.merge_tombstones import TOMBSTONE
@@ -114,9 +114,10 @@ def verify(spark, pipeline: Pipeline, only_topics: tuple[str, ...] | None = None
     table of a pipeline with a table per topic, whose dead-letter table may be shared."""
     # Spark's Kafka client retries refused credentials for minutes: ask first, fail fast.
     subscribed = kafka_admin.check_reachable(pipeline.source.kafka)
+    ids = current_topic_ids(pipeline, subscribed)
     target = _read_delta(spark, pipeline.target)
-    dead = dead_letters(spark, pipeline, only_topics)
-    scope, notes, beyond = audit_scope(spark, pipeline, target is not None, only_topics)
+    dead = dead_letters(spark, pipeline, only_topics, ids)
+    scope, notes, beyond = audit_scope(spark, pipeline, target is not None, only_topics, ids)
     raw = read_topic(spark, pipeline).persist()
     try:
         findings = outside_ledger(pipeline, raw, beyond, target is not None)
@@ -146,6 +147,13 @@ def _uid_holders(spark, pipeline: Pipeline, target: DataFrame | None) -> DataFra
     return target.select(UID).unionByName(log.select(UID))
 
 
+def current_topic_ids(pipeline: Pipeline, subscribed) -> dict[str, str]:
+    """The broker's id of each subscribed topic: a topic deleted and created again under
+    the same name has a new one, and what was recorded under the old one (ledger
+    entries, dead letters) is about records the topic no longer holds."""
+    return kafka_admin.topic_ids(pipeline.source.kafka, set(subscribed)) if subscribed else {}
+
+
 def read_topic(spark, pipeline: Pipeline) -> DataFrame:
     """The whole topic as one batch, with the query's own Kafka options."""
     options = kafka_options(pipeline.source.kafka, "earliest")
@@ -167,12 +175,19 @@ def _read_delta(spark, where) -> DataFrame | None:
     return spark.read.table(where.table) if where.table else spark.read.format("delta").load(where.path)
 
 
-def dead_letters(spark, pipeline: Pipeline, only_topics=None) -> DataFrame:
+def dead_letters(spark, pipeline: Pipeline, only_topics=None, topic_ids=None) -> DataFrame:
+    """This pipeline's dead letters by coordinates. With `topic_ids` (`current_topic_ids`),
+    a row written under another id of its topic is left out: it is a record of an older
+    topic of the same name, whose offsets the current one reuses. A row without an id
+    (written before ids were) is kept."""
     rows = _read_delta(spark, pipeline.dead_letter)
     if rows is None:
         return spark.createDataFrame([], "topic STRING, partition INT, offset LONG")
     if only_topics is not None:
         rows = rows.where(F.col("_topic").isin(*only_topics))
+    if topic_ids and TOPIC_ID in rows.columns:
+        current = F.create_map(*[F.lit(part) for pair in sorted(topic_ids.items()) for part in pair])[F.col("_topic")]
+        rows = rows.where(F.col(TOPIC_ID).isNull() | current.isNull() | (F.col(TOPIC_ID) == current))
     return rows.where(F.col("pipeline") == pipeline.name).select(
         F.col("_topic").alias("topic"), F.col("_partition").alias("partition"),
         F.col("_offset").alias("offset"))
@@ -181,19 +196,21 @@ def dead_letters(spark, pipeline: Pipeline, only_topics=None) -> DataFrame:
 # --- what the pipeline has consumed ----------------------------------------------------
 
 
-def audit_scope(spark, pipeline: Pipeline, target_exists: bool,
-                only_topics=None) -> tuple[DataFrame, tuple[str, ...], dict]:
+def audit_scope(spark, pipeline: Pipeline, target_exists: bool, only_topics=None,
+                topic_ids=None) -> tuple[DataFrame, tuple[str, ...], dict]:
     """(topic, partition, start, end) of the offsets to audit, the notes, and the ranges
     consumed beyond the target's ledger. A partition without an end has nothing
     ingested yet; the end is the target's ledger, or further where the pipeline
     consumed more (checkpoint, dead-letter ledger): those offsets are then audited,
-    not skipped."""
+    not skipped. `topic_ids` (`current_topic_ids`): the ledgers' entries count only
+    for the topics they recorded under these ids."""
     target = pipeline.target
-    entries = (ledger.history_entries(spark, target.location, bool(target.table), pipeline.name)
+    entries = (ledger.history_entries(spark, target.location, bool(target.table), pipeline.name,
+                                      topic_ids=topic_ids or None)
                if target_exists else [])
     ends = ledger.recorded_offsets(entries)
     starts, notes = _starts(spark, pipeline, entries)
-    consumed = _consumed(spark, pipeline, only_topics)
+    consumed = _consumed(spark, pipeline, only_topics, topic_ids)
     beyond: dict[str, dict[int, tuple[int, int]]] = {}
     for topic, parts in consumed.items():
         for partition, offset in parts.items():
@@ -209,7 +226,7 @@ def audit_scope(spark, pipeline: Pipeline, target_exists: bool,
     return spark.createDataFrame(rows, "topic STRING, partition INT, start LONG, end LONG"), notes, beyond
 
 
-def _consumed(spark, pipeline: Pipeline, only_topics=None) -> dict[str, dict[int, int]]:
+def _consumed(spark, pipeline: Pipeline, only_topics=None, topic_ids=None) -> dict[str, dict[int, int]]:
     """How far the pipeline has read, by the witnesses other than the target: the
     checkpoint's last committed batch and the dead-letter table's ledger (each the
     end Spark planned for the batch)."""
@@ -218,7 +235,8 @@ def _consumed(spark, pipeline: Pipeline, only_topics=None) -> dict[str, dict[int
     witnesses = [read_state(spark, pipeline.checkpoint).committed_offsets or {}]
     if table_exists(spark, Target(path=dead.path, table=dead.table)):
         witnesses.append(ledger.recorded_offsets(
-            ledger.history_entries(spark, dead.location, bool(dead.table), pipeline.name)))
+            ledger.history_entries(spark, dead.location, bool(dead.table), pipeline.name,
+                                   topic_ids=topic_ids or None)))
     for offsets in witnesses:
         for topic, parts in offsets.items():
             if only_topics is not None and topic not in only_topics:
@@ -264,13 +282,29 @@ def _starts(spark, pipeline: Pipeline, entries=()) -> tuple[dict, tuple[str, ...
         return {t: dict(parts) for t, parts in configured.items()}, ()
     if configured == "earliest":
         return {}, ()
-    # The first start, carried in the ledger across lost checkpoints; a recovery's
-    # checkpoint starts where the last one stopped and would hide a loss before it.
-    initial = ledger.recorded_origin(entries) or initial_offsets(spark, pipeline.checkpoint)
-    if initial is None:
-        return {}, (f"starting_offsets is latest and {pipeline.checkpoint} holds no initial offsets: "
-                    "records from before the pipeline's first start are audited too",)
+    # The first start, carried in the ledger across lost checkpoints. The checkpoint's own
+    # start only for a topic no earlier checkpoint's entry names: otherwise recovery may
+    # have seeded it (where the last checkpoint stopped) and it would hide a loss before it.
+    initial = ledger.recorded_origin(entries) or {}
+    seeded = _named_by_other_checkpoints(spark, pipeline, entries)
+    for topic, parts in (initial_offsets(spark, pipeline.checkpoint) or {}).items():
+        if topic not in initial and topic not in seeded:
+            initial[topic] = parts
+    if not initial:
+        return {}, (f"starting_offsets is latest and neither the target's ledger nor {pipeline.checkpoint} "
+                    "holds the pipeline's first start: records from before it are audited too",)
     return initial, ()
+
+
+def _named_by_other_checkpoints(spark, pipeline: Pipeline, entries) -> set[str]:
+    """The topics an entry written under another checkpoint (another app id) names."""
+    query_id = ledger.checkpoint_query_id(spark, pipeline.checkpoint)
+    own = ledger.app_id(pipeline.name, query_id) if query_id else None
+
+    def is_own(app: str | None) -> bool:  # a table of a per-topic pipeline suffixes its app id
+        return own is not None and app is not None and (app == own or app.startswith(own + "@"))
+    return {topic for _, entry in entries if not is_own(entry.get("app_id"))
+            for key in ("end_offsets", "start_offsets", "origin") for topic in (entry.get(key) or {})}
 
 
 def initial_offsets(spark, checkpoint: str) -> dict[str, dict[int, int]] | None:

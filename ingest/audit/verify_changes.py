@@ -25,7 +25,15 @@ from dataclasses import asdict, dataclass, replace
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from ingest.audit.verify import COORDINATES, Unaccounted, audit_scope, dead_letters, outside_ledger, read_topic
+from ingest.audit.verify import (
+    COORDINATES,
+    Unaccounted,
+    audit_scope,
+    current_topic_ids,
+    dead_letters,
+    outside_ledger,
+    read_topic,
+)
 from ingest.batch import transform
 from ingest.batch.cdc import DELETE, OP, SEQUENCE, decode_envelope
 from ingest.batch.dead_letter import FAILURE_STAGES
@@ -80,10 +88,10 @@ class ChangesReport:
 def verify_changes(spark, pipeline: Pipeline, only_topics: tuple[str, ...] | None = None) -> ChangesReport:
     """`only_topics`: one table of a pipeline with a table per topic, whose dead-letter
     table may be shared."""
-    kafka_admin.check_reachable(pipeline.source.kafka)
+    ids = current_topic_ids(pipeline, kafka_admin.check_reachable(pipeline.source.kafka))
     exists = table_exists(spark, pipeline.target)
-    dead = dead_letters(spark, pipeline, only_topics)
-    scope, notes, beyond = audit_scope(spark, pipeline, exists, only_topics)
+    dead = dead_letters(spark, pipeline, only_topics, ids)
+    scope, notes, beyond = audit_scope(spark, pipeline, exists, only_topics, ids)
     raw = read_topic(spark, pipeline).persist()
     try:
         findings = outside_ledger(pipeline, raw, beyond, exists)

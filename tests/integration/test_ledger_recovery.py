@@ -274,3 +274,11 @@ def test_a_recreated_topic_stops_the_run_and_a_reset_reads_the_new_one(spark, ka
     dead = spark.read.format("delta").load(pipeline.dead_letter.path).collect()
     assert sorted((r._partition, r._offset) for r in dead) == [(0, 6), (0, 6)]  # one per topic
     assert len({r._topic_id for r in dead}) == 2
+
+    # verify audits the new topic against its own ledger entries and dead letters: the old
+    # topic's bad record at the same offset is neither a second copy nor this one's account
+    from ingest.audit.dispatch import verify_pipeline
+
+    report = verify_pipeline(spark, pipeline)
+    assert report.ok, report
+    assert (report.dead_letter_duplicates, report.unaccounted, report.dead_letters) == (0, 0, 1), report
