@@ -701,6 +701,7 @@ def add_maintain(commands, environment: argparse.ArgumentParser) -> None:
 
 
 def maintain_command(args) -> int:
+    _need_spark()
     from dataclasses import asdict
 
     from ingest.errors import IngestError
@@ -769,6 +770,7 @@ def _offsets_json(text: str) -> dict:
 
 
 def replay_command(args) -> int:
+    _need_spark()
     from ingest.errors import IngestError
     from ingest.platform.session import get_session
     from ingest.run.replay import replay, resolve_range

@@ -86,10 +86,11 @@ def test_yml_pipelines_and_conf(project, capsys):
     assert "OK pipelines/orders.yml" in out.splitlines()
 
 
-@pytest.mark.parametrize("command", ["run", "status", "verify", "demo"])
+@pytest.mark.parametrize("command", ["run", "status", "verify", "maintain", "replay", "demo"])
 def test_commands_that_need_spark_say_how_to_get_it(project, capsys, monkeypatch, command):
     monkeypatch.setitem(sys.modules, "pyspark", None)  # `import pyspark` now raises ImportError
-    argv = [command] if command == "demo" else [command, "pipelines/orders.yaml"]
+    argv = {"demo": [command], "replay": [command, "pipelines/orders.yaml", "--from-timestamp", "0"]}.get(
+        command, [command, "pipelines/orders.yaml"])
     code, out, err = outcome(capsys, *argv)
     assert code == 2
     assert out == ""
