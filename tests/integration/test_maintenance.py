@@ -31,8 +31,9 @@ def test_optimize_every_compacts_between_batches_and_maintain_reports_files(
     assert [o.error for o in outcomes] == [None] and outcomes[0].batches >= 5
     compactions = [n for n in notes if ": target " in n and ": optimize: " in n]
     assert len(compactions) == outcomes[0].batches // 3, notes
-    compacted = re.search(r": optimize: (\d+) files \(.*\) -> 1 files", compactions[0])
-    assert compacted and int(compacted.group(1)) > 1, compactions  # three batches' files became one
+    # maintenance runs beside the next batch, whose commit may land between the compaction and the count after it
+    compacted = re.search(r": optimize: (\d+) files \(.*\) -> (\d+) files", compactions[0])
+    assert compacted and int(compacted.group(2)) < int(compacted.group(1)), compactions
     target = Target(path=pipeline.target.path)
     assert spark.read.format("delta").load(pipeline.target.path).count() == 50
 
