@@ -20,9 +20,11 @@ jars: $(STAMP)
 
 # The whole suite, what CI runs; where its time went: .ingest/test-durations.json
 # (`python -m tests.timing .ingest/test-durations.json` prints it as tables).
+# Two workers (pytest-xdist), each with its own broker and SparkSession; a file's tests stay on one
+# worker, so a module's fixture (the cluster, the demo's tables) is built once.
 test: setup
 	mkdir -p .ingest
-	INGEST_DURATIONS=.ingest/test-durations.json $(BIN)/python -m pytest tests
+	INGEST_DURATIONS=.ingest/test-durations.json $(BIN)/python -m pytest tests -n 2 --dist loadfile
 
 # The fast loop while developing: unit and Spark tests, no broker.
 check: setup

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests import timing
+from tests import child_jvms, timing
 from tests.timing import pytest_runtest_logreport, pytest_runtest_protocol, pytest_sessionfinish  # noqa: F401
 
 TEST_SPARK_CONF = {
@@ -33,13 +33,14 @@ class ExternalKafka:
 
 def pytest_configure(config):
     timing.configure(os.environ.get("INGEST_DURATIONS"))
+    child_jvms.configure()
 
 
 @pytest.fixture(scope="session")
 def spark():
     from ingest.platform.session import get_session
 
-    with timing.paid("spark_start"):
+    with timing.paid("spark_start"), child_jvms.own_jvm_options():
         session = get_session("ingest-tests", conf=TEST_SPARK_CONF, master="local[2]")
     yield session
     session.stop()

@@ -18,6 +18,7 @@ as the Markdown tables CONTRIBUTING.md quotes.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -96,8 +97,21 @@ CLOCK: SuiteClock | None = None
 def configure(out: str | None) -> None:
     global CLOCK
     if out:
-        CLOCK = SuiteClock(Path(out))
+        worker = os.environ.get("PYTEST_XDIST_WORKER")  # under pytest-xdist: a file per worker, merged at the end
+        CLOCK = SuiteClock(Path(f"{out}.{worker}" if worker else out))
         CLOCK.install()
+
+
+def _merge_workers(out: Path) -> None:
+    """The controller of an xdist run runs no test: its file is the workers' files together."""
+    parts = sorted(out.parent.glob(f"{out.name}.gw*"))
+    if not parts:
+        return
+    rows = [row for part in parts for row in json.loads(part.read_text())["tests"]]
+    rows.sort(key=lambda row: -row["total"])
+    out.write_text(json.dumps({"tests": rows}, indent=1) + "\n")
+    for part in parts:
+        part.unlink()
 
 
 @contextmanager
@@ -131,6 +145,8 @@ def pytest_sessionfinish(session):
     if CLOCK is not None:
         CLOCK.uninstall()
         CLOCK.write()
+        if "PYTEST_XDIST_WORKER" not in os.environ:
+            _merge_workers(CLOCK.out)
 
 
 def render(path: Path, slowest: int = 20) -> str:
