@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ingest.errors import IngestError, Problem, SpecErrors
-from ingest.plan import plan_document, render_plan
+from ingest.cli.plan import plan_document, render_plan
 from ingest.spec.loader import Loaded, check_unique, read_pipeline
 from ingest.spec.settings import DEFAULT_ENV, load_settings, mask
 from ingest.spec.template import for_topic, is_per_topic, subject_per_topic
