@@ -2,14 +2,14 @@
 
 One SparkSession (local[2], ingest's local defaults), no broker: ingest's batch
 function (`BatchProcessor`) runs on 500-record Kafka-shaped batches (those of
-`bench/batch_settings.py`); after a warm-up, JFR samples the driver JVM while
+`bench/studies/batch_settings.py`); after a warm-up, JFR samples the driver JVM while
 `--batches` batches run. A sample is charged to every step whose frame is on
 its stack (steps nest: the MERGE holds its commit, the commit its checkpoint),
 and the table gives each step's share of the samples of the thread that runs
 the batch (py4j's), the thread whose time is the batch's fixed cost. Usage:
 
-    .venv/bin/python bench/jvm_profile.py [--batches 15] [--batch-records 500] [--set KEY=VALUE ...]
-                                          [--out bench/jvm_profile.json]
+    bench/run jvm_profile [--batches 15] [--batch-records 500] [--set KEY=VALUE ...]
+                          [--out bench/results/jvm_profile.json]
 
 It also prints the Spark jobs of one more batch, run after the recording: when
 each started and ended, from the batch's first job; the gaps between them are
@@ -27,11 +27,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
-
-import batch_settings  # noqa: E402
+from bench import RESULTS
+from bench.studies import batch_settings
 
 # (what it is, a frame that is on the stack exactly while it runs); indentation shows nesting
 STEPS = (
@@ -115,12 +112,12 @@ def shares(recording: Path) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="bench/run jvm_profile", description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, default=15)
     parser.add_argument("--batch-records", type=int, default=batch_settings.BATCH)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a Spark SQL setting for the run (such as spark.sql.ui.explainMode=formatted)")
-    parser.add_argument("--out", type=Path, default=REPO / "bench" / "jvm_profile.json")
+    parser.add_argument("--out", type=Path, default=RESULTS / "jvm_profile.json")
     args = parser.parse_args(argv)
     settings = dict(item.split("=", 1) for item in args.set)
     recording = Path(tempfile.mkdtemp(prefix="bench-jfr-")) / "batches.jfr"

@@ -14,11 +14,12 @@ each table; its time is the query's `durationMs.triggerExecution`.
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 from dataclasses import replace
 
-import datagen
-from legs import bench_pipeline, fresh_dir, run_ingest
+from bench.harness import datagen
+from bench.harness.legs import bench_pipeline, fresh_dir, run_ingest
 
 SIZES = (10, 1000)
 BATCH_RECORDS = 500
@@ -101,3 +102,9 @@ def run_all(bench, reps: int, log) -> dict:
                 f"{run['jobs_per_batch']} jobs")
             runs.append(run)
     return {"sizes": list(SIZES), "batch_records": BATCH_RECORDS, "build_seconds": built, "runs": runs}
+
+
+if __name__ == "__main__":  # this part alone, kept beside the suite's results as g1.json
+    from bench.studies import suite
+
+    sys.exit(suite.main(part="g1"))

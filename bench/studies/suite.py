@@ -3,8 +3,8 @@
 Order of a run: start the embedded broker and pre-produce the topics once;
 R4 (fresh processes, before this process starts its own Spark); then one Spark
 application (local[2]) for a warm-up, the throughput legs, a profiled ingest
-run, and R2. Writes bench/results.json, prints the table, draws
-bench/merge_time.png and puts the figures into bench/README.md.
+run, and R2. Writes bench/results/results.json, prints the table, draws
+bench/results/merge_time.png and puts the figures into bench/results/README.md.
 """
 
 from __future__ import annotations
@@ -20,20 +20,12 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent
-REPO = BENCH.parent
-sys.path.insert(0, str(REPO))
-
-import datagen  # noqa: E402
-import driver_profile  # noqa: E402
-import first_commit  # noqa: E402
-import fixed_cost  # noqa: E402
-import history  # noqa: E402
-import latency  # noqa: E402
-import merge_scale  # noqa: E402
-import report  # noqa: E402
-from legs import LEG_FUNCTIONS, THROUGHPUT_LEGS, Topic, audit, fresh_dir  # noqa: E402
-from meter import Meter, SqlMetrics, merge_files  # noqa: E402
+from bench import BENCH, RESULTS
+from bench.harness import datagen, report
+from bench.harness.legs import LEG_FUNCTIONS, THROUGHPUT_LEGS, Topic, audit, fresh_dir
+from bench.harness.meter import Meter, SqlMetrics, merge_files
+from bench.profiles import driver_profile
+from bench.studies import first_commit, fixed_cost, history, latency, merge_scale
 
 PARTITIONS = 2
 BENCH_SPARK_CONF = {
@@ -43,6 +35,9 @@ BENCH_SPARK_CONF = {
     "spark.ui.retainedJobs": "100000",  # jobs per batch are counted from the status store
 }
 PARTS = ("r4", "legs", "l1", "latency", "g1", "profile", "r2")
+PART_MODULES = {"r4": "bench.studies.first_commit", "l1": "bench.studies.fixed_cost",
+                "latency": "bench.studies.latency", "g1": "bench.studies.history",
+                "profile": "bench.profiles.driver_profile", "r2": "bench.studies.merge_scale"}
 
 
 @dataclass(frozen=True)
@@ -80,23 +75,32 @@ def log(text: str) -> None:
     print(text, flush=True)
 
 
-def parse_args(argv):
-    parser = argparse.ArgumentParser(prog="bench/run", description=__doc__.split("\n\n")[0])
+STANDALONE = ("batch_settings", "cdc_merge", "formats", "many_topics", "small_files", "jvm_profile")
+
+
+def parse_args(argv, part: str | None = None):
+    """The suite's options; for `part` (one of PARTS run by its own module) the defaults
+    run that part alone and keep its results beside the suite's, under the part's name."""
+    parser = argparse.ArgumentParser(
+        prog=f"python -m {PART_MODULES[part]}" if part else "bench/run",
+        description=__doc__.split("\n\n")[0],
+        epilog=f"A part alone: python -m MODULE, MODULE one of {', '.join(PART_MODULES.values())}. "
+               f"The other studies: bench/run STUDY [--help], STUDY one of {', '.join(STANDALONE)}.")
     parser.add_argument("--quick", action="store_true", help="a smaller run (under 10 minutes on 2 cores)")
     parser.add_argument("--smoke", action="store_true",
                         help="a tiny run that checks the bench itself works; its figures mean nothing")
     parser.add_argument("--reps", type=int, default=3, help="repetitions of every leg (default 3)")
-    parser.add_argument("--only", default=",".join(PARTS),
-                        help=f"comma-separated parts to run (default all: {','.join(PARTS)})")
+    parser.add_argument("--only", default=part or ",".join(PARTS),
+                        help=f"comma-separated parts to run (default {part or 'all: ' + ','.join(PARTS)})")
     parser.add_argument("--keep-work", action="store_true", help="keep bench/work/ (tables, logs) afterwards")
     parser.add_argument("--report-only", action="store_true",
-                        help="run nothing: redo the table, plot and README figures from bench/results.json")
+                        help="run nothing: redo the table, plot and README figures from bench/results/NAME.json")
     parser.add_argument("--no-write", action="store_true",
-                        help="print only: leave results.json, the plot and README.md as they are")
-    parser.add_argument("--results", default="results",
-                        help="name of the results: bench/NAME.json and README.md's NAME section (default "
-                             "results, whose section is the figures); another name keeps a run beside it, "
-                             "such as the full run's R2 (--results full-r2)")
+                        help="print only: leave NAME.json, the plot and the results' README.md as they are")
+    parser.add_argument("--results", default=part or "results",
+                        help=f"name of the results: bench/results/NAME.json and the NAME section of its "
+                             f"README.md (default {part or 'results'}; the section of results is the figures); "
+                             "another name keeps a run beside it, such as the full run's R2 (--results full-r2)")
     return parser.parse_args(argv)
 
 
@@ -239,9 +243,9 @@ def run(args) -> dict:
     return results
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    results_file = BENCH / f"{args.results}.json"
+def main(argv=None, part: str | None = None) -> int:
+    args = parse_args(argv, part)
+    results_file = RESULTS / f"{args.results}.json"
     section = "figures" if args.results == "results" else args.results
     if args.report_only:
         results = json.loads(results_file.read_text())
@@ -255,10 +259,10 @@ def main(argv=None) -> int:
         if not args.report_only:
             results_file.write_text(json.dumps(results, indent=1, default=str) + "\n")
         if results.get("r2") and section == "figures":
-            report.plot(results, BENCH / "merge_time.png")
+            report.plot(results, RESULTS / "merge_time.png")
         if (results.get("latency") or {}).get("runs"):
-            latency.plot(results, BENCH / "latency.png")
-        report.update_readme(BENCH / "README.md", text, section)
+            latency.plot(results, RESULTS / "latency.png")
+        report.update_readme(RESULTS / "README.md", text, section)
     if not (args.keep_work or args.report_only):
         shutil.rmtree(BENCH / "work", ignore_errors=True)
     return 0

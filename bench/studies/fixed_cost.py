@@ -10,9 +10,10 @@ Spark's status store. Alternating order, one topic, one session.
 from __future__ import annotations
 
 import statistics
+import sys
 from dataclasses import replace
 
-from legs import LEG_FUNCTIONS, Topic, audit, fresh_dir
+from bench.harness.legs import LEG_FUNCTIONS, Topic, audit, fresh_dir
 
 BATCH_RECORDS = 500
 LEGS = ("plain_append", "ingest")
@@ -35,3 +36,9 @@ def run_all(bench, topic: Topic, reps: int, log) -> dict:
                 f"{run['jobs_per_batch']} jobs per batch, duplicates {run['audit']['duplicate_uids']}")
             runs.append(run)
     return {"batch_records": BATCH_RECORDS, "runs": runs}
+
+
+if __name__ == "__main__":  # this part alone, kept beside the suite's results as l1.json
+    from bench.studies import suite
+
+    sys.exit(suite.main(part="l1"))

@@ -8,7 +8,7 @@ each with ingest's own `merge_batch` and its uid bounds, three times in
 alternating order, each table put back with RESTORE after a run. The figure is
 the ratio of the medians, measured side by side in one Spark application.
 
-    python bench/small_files.py [--rows 200000] [--files 1000] [--batch 5000] [--out bench/small_files.json]
+    bench/run small_files [--rows 200000] [--files 1000] [--batch 5000] [--out bench/results/small_files.json]
 """
 
 from __future__ import annotations
@@ -22,13 +22,12 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from pyspark.sql import functions as F
 
-from pyspark.sql import functions as F  # noqa: E402
-
-from ingest.batch.merge import merge_batch  # noqa: E402
-from ingest.platform.session import get_session  # noqa: E402
-from ingest.spec.model import DeadLetter, KafkaSource, Pipeline, Source, Target, Uid  # noqa: E402
+from bench import RESULTS
+from ingest.batch.merge import merge_batch
+from ingest.platform.session import get_session
+from ingest.spec.model import DeadLetter, KafkaSource, Pipeline, Source, Target, Uid
 
 CONF = {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false",
         "spark.databricks.delta.snapshotPartitions": "2"}
@@ -63,12 +62,12 @@ def merge_once(spark, path: str, batch, bounds) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="bench/run small_files", description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--files", type=int, default=1000)
     parser.add_argument("--batch", type=int, default=5000)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--out", default=str(Path(__file__).with_name("small_files.json")))
+    parser.add_argument("--out", default=str(RESULTS / "small_files.json"))
     args = parser.parse_args()
     spark = get_session("bench-small-files", conf=CONF, master="local[2]")
     from delta.tables import DeltaTable

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
-from datagen import SCHEMA, UID_HEADER
+
+from bench.harness.datagen import SCHEMA, UID_HEADER
 
 THROUGHPUT_LEGS = ("raw_consume", "spark_noop", "plain_append", "spark_dedup", "ingest", "ingest_naive")
 PEER_WATERMARK = "10 minutes"  # the event-time delay the Spark peer's dedup keeps state for
@@ -140,7 +141,7 @@ def spark_noop(bench, topic: Topic, root: Path) -> Outcome:
     return Outcome(_await(query))
 
 
-def _decoded(bench, topic: Topic, root: Path):
+def decoded(bench, topic: Topic, root: Path):
     from pyspark.sql import functions as F
 
     raw = _stream(bench, topic, root)
@@ -154,7 +155,7 @@ def _decoded(bench, topic: Topic, root: Path):
     return rows
 
 
-def _append_query(bench, rows, root: Path, processing_time: str | None = None):
+def append_query(bench, rows, root: Path, processing_time: str | None = None):
     """The query appending `rows` to a Delta table under `root`, and the table's path."""
     target = str(root / "target")
     writer = rows.writeStream.format("delta").option("checkpointLocation", str(root / "checkpoint"))
@@ -164,20 +165,20 @@ def _append_query(bench, rows, root: Path, processing_time: str | None = None):
 
 def _append(bench, rows, root: Path) -> Outcome:
     jobs = JobCount(bench.spark)
-    query, target = _append_query(bench, rows, root)
+    query, target = append_query(bench, rows, root)
     records = _await(query)
     return Outcome(records, batch_figures(query, jobs.since()), target=target)
 
 
 def plain_append(bench, topic: Topic, root: Path) -> Outcome:
     """What a user writes without exactly-once: decode, add the uid and coordinates, append."""
-    return _append(bench, _decoded(bench, topic, root), root)
+    return _append(bench, decoded(bench, topic, root), root)
 
 
 def spark_dedup(bench, topic: Topic, root: Path) -> Outcome:
     """The Spark peer: streaming dedup on the uid within an event-time watermark, then append.
     A copy that comes after the watermark passed is dropped or let through, not checked."""
-    rows = (_decoded(bench, topic, root).withWatermark("ts", PEER_WATERMARK)
+    rows = (decoded(bench, topic, root).withWatermark("ts", PEER_WATERMARK)
             .dropDuplicatesWithinWatermark(["_uid"]))
     return _append(bench, rows, root)
 

@@ -14,8 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from legs import Topic, bench_pipeline, fresh_dir, run_ingest
-from meter import Meter
+from bench.harness.legs import Topic, bench_pipeline, fresh_dir, run_ingest
+from bench.harness.meter import Meter
 
 
 def py_spy() -> Path | None:
@@ -75,3 +75,9 @@ def _short(frame: str) -> str:
     """'merge_batch (/work/main/ingest/batch/merge.py:85)' -> 'merge.py:85 merge_batch'."""
     name, _, where = frame.partition(" (")
     return f"{where.rsplit('/', 1)[-1].rstrip(')')} {name.split('.<locals>')[0]}"
+
+
+if __name__ == "__main__":  # this part alone, kept beside the suite's results as profile.json
+    from bench.studies import suite
+
+    sys.exit(suite.main(part="profile"))

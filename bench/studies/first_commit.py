@@ -8,20 +8,22 @@ for the bare side, the write's commit (version 0). Both get their session from
 `ingest.platform.session.get_session` with its local defaults, so both start the same
 JVM with the same jars.
 
-Run as a script, this file is the bare side: `first_commit.py TABLE ROWS`.
+`python -m bench.studies.first_commit --bare TABLE ROWS` is the bare side; without
+`--bare` the module runs R4 alone through the suite.
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from datagen import SCHEMA, UID_HEADER
+from bench import REPO
+from bench.harness.datagen import SCHEMA, UID_HEADER
+from bench.harness.legs import fresh_dir
 
-REPO = Path(__file__).resolve().parent.parent
+BARE = "--bare"
 COMMIT = "{:020d}.json"
 
 
@@ -61,7 +63,8 @@ def ingest_milestones(root: Path) -> dict[str, Path]:
 
 def bare_command(root: Path, rows: int) -> tuple[list[str], Path]:
     table = root / "target"
-    return [sys.executable, __file__, str(table), str(rows)], table / "_delta_log" / COMMIT.format(0)
+    return [sys.executable, "-m", "bench.studies.first_commit", BARE, str(table), str(rows)], \
+        table / "_delta_log" / COMMIT.format(0)
 
 
 def time_to_first_commit(command: list[str], commit: Path, log: Path, timeout: float = 600,
@@ -103,8 +106,6 @@ def _await_file(path: Path, process: subprocess.Popen, deadline: float, mileston
 
 
 def run_all(kafka, topic: str, rows: int, work: Path, reps: int, log) -> list[dict]:
-    from legs import fresh_dir
-
     runs = []
     for rep in range(reps):
         sides = ("ingest_run", "bare_session_write")
@@ -129,6 +130,9 @@ def bare_write(table: str, rows: int) -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(REPO))
-    os.chdir(REPO)
-    bare_write(sys.argv[1], int(sys.argv[2]))
+    if sys.argv[1:2] == [BARE]:  # launched by bare_command, from the repository's root
+        bare_write(sys.argv[2], int(sys.argv[3]))
+    else:  # R4 alone, kept beside the suite's results as r4.json
+        from bench.studies import suite
+
+        sys.exit(suite.main(part="r4"))

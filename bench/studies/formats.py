@@ -9,7 +9,7 @@ pipeline   the whole `ingest` query (start_query, available-now) over two topics
 
 Legs alternate, repeated (the pipeline leg also swaps which goes first each
 repetition); the figures are the medians and their ratio (Avro rate / JSON rate),
-with the load average seen before and after. Usage: bench/run-formats [--records N] [--repeat K].
+with the load average seen before and after. Usage: bench/run formats [--records N] [--repeat K].
 """
 
 from __future__ import annotations
@@ -21,16 +21,13 @@ import os
 import random
 import statistics
 import struct
-import sys
 import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent)]
-
-from datagen import SCHEMA, payload  # noqa: E402
+from bench import RESULTS
+from bench.harness.datagen import SCHEMA, payload
 
 AVRO_SCHEMA = {"type": "record", "name": "Event", "fields": [
     *[{"name": n, "type": ["null", "string"], "default": None} for n in (
@@ -169,7 +166,7 @@ def _rates(seconds: dict, count: int) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="bench/run-formats", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="bench/run formats", description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--legs", default="decode,pipeline")
@@ -190,7 +187,7 @@ def main(argv=None) -> int:
             print("pipeline", json.dumps(results["pipeline"]), flush=True)
     results["load_average"] = {"before": load_before, "after": list(os.getloadavg())}
     print("load average before", load_before, "after", results["load_average"]["after"])
-    (HERE / "formats.json").write_text(json.dumps(results, indent=2) + "\n")
+    (RESULTS / "formats.json").write_text(json.dumps(results, indent=2) + "\n")
     return 0
 
 

@@ -1,6 +1,6 @@
 """Many topics, one job: batch time against the number of topics, same total records.
 
-    PYTHONPATH=. python bench/many_topics.py [--quick] [--topics 1,10,50] [--records N]
+    bench/run many_topics [--quick] [--topics 1,10,50] [--records N]
 
 For each topic count N the same total of records is spread evenly over N topics
 (one partition each) and read by one pattern query into a table per topic. Each
@@ -16,7 +16,7 @@ Legs, side by side in one Spark application (`local[2]`), in alternating order:
 - `parallel`: the router committing the tables on a pool of 8 driver threads.
 
 Figures are ratios to `one_table` batch 1 and of parallel to sequential.
-Results go to bench/many_topics.json; bench/README.md holds the curve.
+Results go to bench/results/many_topics.json; bench/results/README.md holds the curve.
 """
 
 from __future__ import annotations
@@ -26,23 +26,20 @@ import json
 import random
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+from confluent_kafka import Producer
 
-from confluent_kafka import Producer  # noqa: E402
-from datagen import SCHEMA, UID_HEADER, payload  # noqa: E402
-
-from ingest.batch.processor import BatchProcessor, payload_schema  # noqa: E402
-from ingest.batch.routing import TopicRouter  # noqa: E402
-from ingest.kafka.local_broker import LocalKafka, create_topic  # noqa: E402
-from ingest.kafka.produce import Uuid7  # noqa: E402
-from ingest.kafka.source import read_stream  # noqa: E402
-from ingest.spec.model import DeadLetter, KafkaSource, Pipeline, Source, Target, Uid  # noqa: E402
+from bench import RESULTS
+from bench.harness.datagen import SCHEMA, UID_HEADER, payload
+from ingest.batch.processor import BatchProcessor, payload_schema
+from ingest.batch.routing import TopicRouter
+from ingest.kafka.local_broker import LocalKafka, create_topic
+from ingest.kafka.produce import Uuid7
+from ingest.kafka.source import read_stream
+from ingest.spec.model import DeadLetter, KafkaSource, Pipeline, Source, Target, Uid
 
 
 def produce(config: dict, prefix: str, topics: int, records: int) -> None:
@@ -95,7 +92,7 @@ def run_leg(spark, pipeline: Pipeline, leg: str) -> list[float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="bench/run many_topics", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer records, one repeat")
     parser.add_argument("--topics", default="1,10,50")
     parser.add_argument("--records", type=int, default=None)
@@ -152,7 +149,7 @@ def report(runs: list[dict], records: int, counts: list[int]) -> None:
                      "sequential_vs_one_table": seq1 / base if base and seq1 else None,
                      "parallel_vs_one_table": par1 / base if base and par1 else None,
                      "parallel_vs_sequential": par1 / seq1 if seq1 and par1 else None})
-    (HERE / "many_topics.json").write_text(json.dumps({"one_table_s": base, "rows": rows, "runs": runs},
+    (RESULTS / "many_topics.json").write_text(json.dumps({"one_table_s": base, "rows": rows, "runs": runs},
                                                       indent=2))
     print(f"\none_table (1 topic, single-table path), batch 1: {base:.2f}s" if base else "")
     print("topics  seq first  par first  seq steady  par steady  seq/base  par/base  par/seq")

@@ -10,15 +10,18 @@ create time): both clocks are this machine's. Legs alternate, one topic each.
 from __future__ import annotations
 
 import json
+import random
+import sys
 import time
 import urllib.parse
 from dataclasses import replace
 from pathlib import Path
 
-import datagen
 from confluent_kafka import Producer
-from legs import _append_query, _decoded, bench_pipeline, fresh_dir, merge_bounds
-from report import draw
+
+from bench.harness import datagen
+from bench.harness.legs import Topic, append_query, bench_pipeline, decoded, fresh_dir, merge_bounds
+from bench.harness.report import draw
 
 RATE = 200  # records per second
 SECONDS = 40
@@ -28,14 +31,14 @@ LEGS = ("plain_append", "ingest")
 
 def _produce_steadily(client_config: dict, topic: str, stop_after: float) -> int:
     producer = Producer({**datagen.producer_config(client_config), "linger.ms": 5})
-    rnd = datagen.random.Random(11)
+    rnd = random.Random(11)
     make_uid = datagen.Uuid7()
     sent, began = 0, time.monotonic()
     while (elapsed := time.monotonic() - began) < stop_after:
         due = int(elapsed * RATE)
         while sent < due:
             uid = make_uid()
-            datagen._send(producer, topic, datagen.payload(uid, time.time_ns() // 1_000_000, rnd), uid)
+            datagen.send(producer, topic, datagen.payload(uid, time.time_ns() // 1_000_000, rnd), uid)
             sent += 1
         producer.poll(0)
         time.sleep(0.005)
@@ -54,12 +57,10 @@ def _start(bench, leg: str, topic_name: str, root: Path):
         with merge_bounds(True):
             query, _ = start_query(bench.spark, pipeline)
         return query, pipeline.target.path
-    return _append_query(bench, _decoded(bench, topic, root), root, TRIGGER)
+    return append_query(bench, decoded(bench, topic, root), root, TRIGGER)
 
 
-def bench_topic(name: str):
-    from legs import Topic
-
+def bench_topic(name: str) -> Topic:
     return Topic(name, 2, 0, 0, Path("/dev/null"))
 
 
@@ -138,4 +139,7 @@ def plot(results: dict, path: Path) -> bool:
     return draw(path, paint)
 
 
+if __name__ == "__main__":  # this part alone, kept beside the suite's results as latency.json
+    from bench.studies import suite
 
+    sys.exit(suite.main(part="latency"))

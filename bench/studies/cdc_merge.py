@@ -2,7 +2,7 @@
 
 Run side by side in one process (one Spark session, one embedded broker):
 
-    PYTHONPATH=. python bench/cdc_merge.py [--rows 1000000] [--files 40] [--changes 2000] [--reps 2]
+    bench/run cdc_merge [--rows 1000000] [--files 40] [--changes 2000] [--reps 2]
 
 The large table holds `rows` keys (ids 1000000..., one row each, soft-delete
 layout: `_deleted`, `_sequence`, `_op`), written in key order as a table
@@ -16,7 +16,7 @@ loaded in key order is, so each file's min/max `_uid` is tight. Each batch is
 
 Each leg is run into the large table (put back afterwards with RESTORE) and into
 an empty table; the figure is the ratio of MERGE seconds, large / empty, and the
-files scanned. Results go to stdout as JSON lines; bench/README.md has the figures.
+files scanned. Results go to stdout as JSON lines; bench/results/README.md has the figures.
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def one_batch(spark, pipeline) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="bench/run cdc_merge", description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--files", type=int, default=40)
     parser.add_argument("--changes", type=int, default=2000)

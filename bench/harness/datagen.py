@@ -63,7 +63,7 @@ def producer_config(client_config: dict) -> dict:
             "queue.buffering.max.messages": 500_000, "queue.buffering.max.kbytes": 512_000}
 
 
-def _send(producer: Producer, topic: str, value: bytes, uid: str) -> None:
+def send(producer: Producer, topic: str, value: bytes, uid: str) -> None:
     while True:
         try:
             producer.produce(topic, value=value, headers=[(UID_HEADER, uid.encode())])
@@ -82,7 +82,7 @@ def _abort_one(txn: Producer, topic: str, rnd: random.Random, make_uid) -> None:
     txn.begin_transaction()
     for _ in range(ABORTED_RECORDS):
         uid = make_uid()
-        _send(txn, topic, payload(uid, time.time_ns() // 1_000_000, rnd), uid)
+        send(txn, topic, payload(uid, time.time_ns() // 1_000_000, rnd), uid)
     txn.flush(30)
     txn.abort_transaction(30)
 
@@ -116,7 +116,7 @@ def produce_topic(client_config: dict, topic: str, records: int, time_ordered: b
                 if len(window) > 5000:
                     del window[:1000]
             total_bytes += len(value)
-            _send(producer, topic, value, uid)
+            send(producer, topic, value, uid)
     remaining = producer.flush(120)
     if remaining:
         raise RuntimeError(f"{remaining} records of {topic} were not delivered")

@@ -14,12 +14,13 @@ fresh empty table with the same schema.
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass, replace
 
-from datagen import produce_topic
-from legs import Topic, audit, bench_pipeline, fresh_dir, run_ingest
-from meter import Meter, merge_files
+from bench.harness.datagen import create_topic, produce_topic
+from bench.harness.legs import Topic, audit, bench_pipeline, fresh_dir, run_ingest
+from bench.harness.meter import Meter, merge_files
 
 TARGET_SCHEMA = ("_uid STRING, event_id STRING, user_id STRING, session_id STRING, event_type STRING, "
                  "page STRING, referrer STRING, country STRING, device STRING, amount DOUBLE, "
@@ -137,8 +138,6 @@ def most_recent(spark, path: str, count: int = 2000) -> list[tuple[str, int]]:
 
 def prepare(bench, time_ordered: bool, scale) -> Prepared:
     """Builds the large table, then produces the batch topic (so v7 batch uids come after)."""
-    from datagen import create_topic
-
     kind = "v7" if time_ordered else "v4"
     table = str(fresh_dir(bench.work / f"r2-{kind}") / "table")
     started = time.perf_counter()
@@ -243,3 +242,9 @@ def sweep(bench, prepared: Prepared, log) -> list[dict]:
             log(_line(one))
             runs.append(one)
     return runs
+
+
+if __name__ == "__main__":  # this part alone, kept beside the suite's results as r2.json
+    from bench.studies import suite
+
+    sys.exit(suite.main(part="r2"))

@@ -7,7 +7,7 @@ alternating, and reports the median batch time of each, their ratio and the
 Spark jobs per batch (counted from the status store). The settings are SQL
 confs, set on the one session between variants. Usage:
 
-    .venv/bin/python bench/batch_settings.py [--batches 12] [--out bench/batch_settings.json]
+    bench/run batch_settings [--batches 12] [--out bench/results/batch_settings.json]
 """
 
 from __future__ import annotations
@@ -22,12 +22,9 @@ import time
 import uuid
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
-
-import datagen  # noqa: E402
-from datagen import SCHEMA, UID_HEADER  # noqa: E402
+from bench import RESULTS
+from bench.harness import datagen
+from bench.harness.datagen import SCHEMA, UID_HEADER
 
 BATCH = 500
 _BEFORE = {"spark.sql.adaptive.enabled": "true", "spark.sql.shuffle.partitions": "4",
@@ -145,9 +142,9 @@ def _load() -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="bench/run batch_settings", description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, default=12)
-    parser.add_argument("--out", type=Path, default=REPO / "bench" / "batch_settings.json")
+    parser.add_argument("--out", type=Path, default=RESULTS / "batch_settings.json")
     parser.add_argument("--only", help="comma-separated numbers of the variants to run (1 = defaults)")
     args = parser.parse_args(argv)
     from ingest.platform.session import get_session
