@@ -42,6 +42,7 @@ from ingest.kafka.produce import (
     Uuid7,
     produce_file,
 )
+from ingest.platform.files import tail
 
 DEFAULT_ROOT = Path(".ingest/data")  # the same DATA_ROOT as conf/local.yaml
 PIPELINE_FILE = Path("pipelines/orders.yaml")
@@ -352,7 +353,7 @@ def crash_and_restart(options: DemoOptions, pipeline_file: Path, environ: dict[s
                         "too few batches for the crash (lower --max-offsets)")
     if crashed != -signal.SIGKILL:
         raise DemoError(f"run 1 failed (exit {crashed}) before the planned crash:\n"
-                        + _tail(logs / "run-1.log"))
+                        + _log_tail(logs / "run-1.log"))
     say(f"run 1 died as planned (killed by SIGKILL); batch {options.crash_batch} is in the table "
         "but not in the checkpoint")
     say("run 2: the same command without the fault; it replays that batch, which Delta skips "
@@ -360,8 +361,12 @@ def crash_and_restart(options: DemoOptions, pipeline_file: Path, environ: dict[s
     finished = run_pipeline(options.python, pipeline_file, environ, logs / "run-2.log", say,
                             extra=_env_arguments(options))
     if finished != 0:
-        raise DemoError(f"run 2 failed (exit {finished}):\n" + _tail(logs / "run-2.log"))
+        raise DemoError(f"run 2 failed (exit {finished}):\n" + _log_tail(logs / "run-2.log"))
     return crashed
+
+
+def _log_tail(path: Path) -> str:
+    return tail(path, 25, missing=f"(no log at {path})")
 
 
 def _env_arguments(options: DemoOptions) -> list[str]:
@@ -401,12 +406,6 @@ def _stop(child: subprocess.Popen) -> None:
         child.kill()
         child.wait(timeout=10)
 
-
-def _tail(path: Path, lines: int = 25) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return f"(no log at {path})"
 
 
 # --- counts and audit ---------------------------------------------------------------------

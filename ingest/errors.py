@@ -107,3 +107,21 @@ class SpecErrors(SpecError):
 
 def problem_order(problem: Problem):
     return (problem.file or "", problem.line or 0, problem.path)
+
+
+def first_line(error: BaseException, limit: int | None = 300) -> str:
+    """An error's first non-blank line, for a log line or a dead letter's reason (a JVM
+    error's message is its whole stack trace; py4j keeps the message in `desc`)."""
+    lines = _message_lines(error)
+    return lines[0][:limit] if lines else type(error).__name__
+
+
+def first_lines(error: BaseException, count: int) -> str:
+    """An error's first `count` non-blank lines, indented under the line that names it."""
+    lines = _message_lines(error)
+    return "\n  ".join(lines[:count]) if lines else type(error).__name__
+
+
+def _message_lines(error: BaseException) -> list[str]:
+    text = getattr(error, "desc", None) or str(error)
+    return [line.strip() for line in str(text).splitlines() if line.strip()]

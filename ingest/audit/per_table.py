@@ -15,7 +15,7 @@ from ingest.audit.verify import VerifyReport
 from ingest.audit.verify_changes import ChangesReport
 from ingest.errors import IngestError
 from ingest.kafka import admin as kafka_admin
-from ingest.run.checkpoint import read_state
+from ingest.kafka.checkpoint import read_state
 from ingest.spec import template
 from ingest.spec.model import Pipeline
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 
 from ingest.batch import ledger
-from ingest.batch.merge import table_exists
 from ingest.errors import IngestError
 from ingest.kafka import admin as kafka_admin
-from ingest.run.checkpoint import CheckpointState, read_state
+from ingest.kafka.checkpoint import CheckpointState, read_state
+from ingest.platform.delta import at_location, table_exists
 from ingest.spec.model import Pipeline
 
 NOTE, WARNING = "note", "warning"  # a warning is a reason to look: data may be at risk
@@ -113,9 +113,7 @@ def _watermarks(pipeline: Pipeline) -> tuple[dict, str | None]:
 def _history(spark, location: str, is_table: bool):
     """(history row, ledger entry) of the live commits (not undone by a RESTORE) that carry a
     ledger entry, newest first."""
-    from delta.tables import DeltaTable
-
-    table = DeltaTable.forName(spark, location) if is_table else DeltaTable.forPath(spark, location)
+    table = at_location(spark, location, is_table)
     rows = table.history().select("version", "timestamp", "operation", "operationParameters",
                                   "operationMetrics", "userMetadata").collect()
     return [(row, entry) for row in ledger.live_commits(rows) if (entry := ledger.parse_metadata(row.userMetadata))]

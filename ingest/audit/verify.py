@@ -29,15 +29,16 @@ from pyspark.sql import functions as F
 
 from ingest.batch import ledger, transform
 from ingest.batch.dead_letter import FAILURE_STAGES, TOPIC_ID
-from ingest.batch.decode import RAW, REASON, STAGE, decode
-from ingest.batch.merge import table_exists
-from ingest.batch.merge_tombstones import TOMBSTONE
+from ingest.batch.decode import decode
 from ingest.batch.processor import decode_records, payload_schema, staged_records, upsert_order
+from ingest.batch.staged import RAW, REASON, STAGE, TOMBSTONE
 from ingest.batch.uid import UID, with_uid
 from ingest.kafka import admin as kafka_admin
+from ingest.kafka.checkpoint import initial_offsets, query_id, read_state
+from ingest.kafka.offsets import Offsets
 from ingest.kafka.source import kafka_options
-from ingest.run.checkpoint import local_path, read_state
-from ingest.spec.model import Pipeline, Target
+from ingest.platform import delta
+from ingest.spec.model import Pipeline
 from ingest.spec.sql_check import changing_columns
 
 EXAMPLES = 5
@@ -170,9 +171,7 @@ def read_topic(spark, pipeline: Pipeline) -> DataFrame:
 
 def _read_delta(spark, where) -> DataFrame | None:
     """A target or dead-letter table, or None when it was never created."""
-    if not table_exists(spark, where):
-        return None
-    return spark.read.table(where.table) if where.table else spark.read.format("delta").load(where.path)
+    return delta.read(spark, where) if delta.table_exists(spark, where) else None
 
 
 def dead_letters(spark, pipeline: Pipeline, only_topics=None, topic_ids=None) -> DataFrame:
@@ -226,14 +225,14 @@ def audit_scope(spark, pipeline: Pipeline, target_exists: bool, only_topics=None
     return spark.createDataFrame(rows, "topic STRING, partition INT, start LONG, end LONG"), notes, beyond
 
 
-def _consumed(spark, pipeline: Pipeline, only_topics=None, topic_ids=None) -> dict[str, dict[int, int]]:
+def _consumed(spark, pipeline: Pipeline, only_topics=None, topic_ids=None) -> Offsets:
     """How far the pipeline has read, by the witnesses other than the target: the
     checkpoint's last committed batch and the dead-letter table's ledger (each the
     end Spark planned for the batch)."""
-    consumed: dict[str, dict[int, int]] = {}
+    consumed: Offsets = {}
     dead = pipeline.dead_letter
     witnesses = [read_state(spark, pipeline.checkpoint).committed_offsets or {}]
-    if table_exists(spark, Target(path=dead.path, table=dead.table)):
+    if delta.table_exists(spark, dead):
         witnesses.append(ledger.recorded_offsets(
             ledger.history_entries(spark, dead.location, bool(dead.table), pipeline.name,
                                    topic_ids=topic_ids or None)))
@@ -298,36 +297,13 @@ def _starts(spark, pipeline: Pipeline, entries=()) -> tuple[dict, tuple[str, ...
 
 def _named_by_other_checkpoints(spark, pipeline: Pipeline, entries) -> set[str]:
     """The topics an entry written under another checkpoint (another app id) names."""
-    query_id = ledger.checkpoint_query_id(spark, pipeline.checkpoint)
-    own = ledger.app_id(pipeline.name, query_id) if query_id else None
+    own_query = query_id(spark, pipeline.checkpoint)
+    own = ledger.app_id(pipeline.name, own_query) if own_query else None
 
     def is_own(app: str | None) -> bool:  # a table of a per-topic pipeline suffixes its app id
         return own is not None and app is not None and (app == own or app.startswith(own + "@"))
     return {topic for _, entry in entries if not is_own(entry.get("app_id"))
             for key in ("end_offsets", "start_offsets", "origin") for topic in (entry.get(key) or {})}
-
-
-def initial_offsets(spark, checkpoint: str) -> dict[str, dict[int, int]] | None:
-    """Where the checkpoint's query started: Spark's Kafka source writes it in sources/0/0."""
-    text = _read_text(spark, f"{checkpoint.rstrip('/')}/sources/0/0")
-    lines = [line for line in (text or "").splitlines() if line.strip().startswith("{")]
-    if not lines:
-        return None
-    return {topic: {int(p): int(o) for p, o in parts.items()}
-            for topic, parts in json.loads(lines[-1]).items()}
-
-
-def _read_text(spark, location: str) -> str | None:
-    from pyspark.errors import AnalysisException
-
-    local = local_path(location)
-    if local is not None:
-        return local.read_text(errors="replace") if local.is_file() else None
-    try:
-        rows = spark.read.option("wholetext", "true").text(location).collect()
-    except AnalysisException:  # no such file
-        return None
-    return rows[0].value if rows else None
 
 
 # --- each record's fate -----------------------------------------------------------------

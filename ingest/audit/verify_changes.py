@@ -37,12 +37,12 @@ from ingest.audit.verify import (
 from ingest.batch import transform
 from ingest.batch.cdc import DELETE, OP, SEQUENCE, decode_envelope
 from ingest.batch.dead_letter import FAILURE_STAGES
-from ingest.batch.decode import RAW, REASON, STAGE
-from ingest.batch.merge import table_exists
 from ingest.batch.merge_changes import last_changes
 from ingest.batch.processor import payload_schema, staged_records
+from ingest.batch.staged import RAW, REASON, STAGE
 from ingest.batch.uid import UID
 from ingest.kafka import admin as kafka_admin
+from ingest.platform.delta import table_exists
 from ingest.spec.model import Pipeline
 
 EXAMPLES = 5

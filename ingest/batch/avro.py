@@ -40,6 +40,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from ingest.batch.staged import NOT_FRAMED, NULL_VALUE, unknown_schema
 from ingest.errors import IngestError
 
 PRIMITIVES: dict[str, DataType] = {
@@ -164,15 +165,15 @@ class Reader:
         from fastavro import schemaless_reader
 
         if value is None:
-            return None, "null value (tombstone)"
+            return None, NULL_VALUE
         if not self.framed:
             return self._read(schemaless_reader, value, self.reader, "the schema_file's schema")
         schema_id = frame_id(value)
         if schema_id is None:
-            return None, "not in the Confluent wire format (no magic byte 0 and 4-byte schema id)"
+            return None, NOT_FRAMED
         writer = self._writer(schema_id)
         if writer is None:
-            return None, f"unknown schema id {schema_id}: the registry has no such schema"
+            return None, unknown_schema(schema_id)
         return self._read(schemaless_reader, value[5:], writer, f"schema id {schema_id}")
 
     def _read(self, schemaless_reader, payload: bytes, writer: dict, which: str):

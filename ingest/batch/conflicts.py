@@ -20,7 +20,7 @@ import re
 import time
 from typing import Callable, TypeVar
 
-from ingest.errors import IngestError, Retriable
+from ingest.errors import IngestError, Retriable, first_line
 
 log = logging.getLogger("ingest.run")
 
@@ -50,7 +50,7 @@ class WriteConflict(IngestError, Retriable):
 
     def __init__(self, kind: str, cause: BaseException):
         self.kind, self.cause = kind, cause
-        super().__init__(f"{kind}: {_first_line(cause)}")
+        super().__init__(f"{kind}: {first_line(cause)}")
 
 
 class PersistentConflict(IngestError):
@@ -88,7 +88,7 @@ def retry_conflicts(action: Callable[[], T], what: str, attempts: int = ATTEMPTS
                     f"pause its OPTIMIZE/VACUUM/compaction or schedule it between runs") from error
             pause = min(LONGEST_PAUSE_S, first_pause_s * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
             log.warning("%s: write conflict %s (attempt %d of %d), retrying in %.1fs: %s",
-                        what, conflict.kind, attempt, attempts, pause, _first_line(error))
+                        what, conflict.kind, attempt, attempts, pause, first_line(error))
             sleep(pause)
     raise AssertionError("unreachable")
 
@@ -104,8 +104,3 @@ def _python_classes():
 def _tally(kinds: list[str]) -> str:
     return ", ".join(f"{kind} x{kinds.count(kind)}" for kind in dict.fromkeys(kinds))
 
-
-def _first_line(error: BaseException) -> str:
-    text = getattr(error, "desc", None) or str(error)
-    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
-    return lines[0][:300] if lines else type(error).__name__

@@ -13,9 +13,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
 from ingest.batch import ledger
-from ingest.batch.decode import RAW, REASON, STAGE
 from ingest.batch.ledger import Txn
-from ingest.batch.merge import builder_location, builder_name
+from ingest.batch.staged import RAW, REASON, STAGE
+from ingest.platform.delta import builder_location, builder_name, delta_table
 from ingest.spec.model import DeadLetter
 
 FAILURE_STAGES = ("decode", "transform", "uid")
@@ -70,11 +70,9 @@ def write(rows: DataFrame, table: DeadLetter, txn: Txn, widen_lost: bool = False
     `widen_lost`: a lost range found again with a further end replaces the reason of
     the row at its first offset (the txn version, the range's end, lets only a
     wider range through)."""
-    from delta.tables import DeltaTable
-
     session = rows.sparkSession
     _create_if_missing(session, table, rows)
-    located = DeltaTable.forName(session, table.table) if table.table else DeltaTable.forPath(session, table.path)
+    located = delta_table(session, table)
     _upgrade_if_older(session, table, located)
     condition = " AND ".join([f"t.{column} = s.{column}" for column in KEY] + [_SAME_TOPIC])
     with ledger.txn_settings(session, txn):

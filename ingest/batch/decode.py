@@ -1,7 +1,6 @@
 """Raw Kafka records -> payload columns, or the reason they could not be decoded.
 
-Column logic only. Every output row keeps the raw record in `RAW` so any later
-stage can still send it to the dead letters with its evidence intact.
+Column logic only; the staged columns are `batch.staged`'s.
 """
 
 from __future__ import annotations
@@ -10,12 +9,9 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-RAW = "__raw"  # struct: topic, partition, offset, timestamp, key, value, headers
-STAGE = "__stage"  # null while a record is fine; else decode | transform | uid | filtered
-REASON = "__reason"
-_CORRUPT = "__corrupt"
+from ingest.batch.staged import NULL_VALUE, RAW, RAW_FIELDS, REASON, STAGE
 
-RAW_FIELDS = ("topic", "partition", "offset", "timestamp", "key", "value", "headers")
+_CORRUPT = "__corrupt"
 
 
 def decode(raw: DataFrame, fmt: str, schema) -> DataFrame:
@@ -56,7 +52,7 @@ def _json_failure(schema: StructType) -> Column:
     """Why a record is not a valid payload, or null when it is."""
     value = F.col(f"{RAW}.value")
     checks = [
-        (value.isNull(), F.lit("null value (tombstone)")),
+        (value.isNull(), F.lit(NULL_VALUE)),
         (F.col("p").isNull(), F.lit("not a JSON object")),
         (F.col(f"p.{_CORRUPT}").isNotNull(),
          F.lit("malformed JSON or a value of the wrong type for the schema")),

@@ -14,15 +14,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator, Mapping
 
-from ingest.batch import offset_log
 from ingest.errors import IngestError
+from ingest.kafka.offsets import Offsets, OffsetsView, from_json, to_json
+from ingest.platform.delta import at_location
 
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
-
-Offsets = Mapping[str, Mapping[int, int]]  # topic -> partition -> next offset to read
-
 
 @dataclass(frozen=True)
 class Txn:
@@ -38,13 +36,9 @@ def app_id(pipeline: str, query_id: str, table: str | None = None) -> str:
     return f"ingest-{pipeline}-{query_id}" + (f"@{table}" if table else "")
 
 
-def _offsets_document(offsets: Offsets) -> dict:
-    return {t: {str(p): int(o) for p, o in sorted(parts.items())} for t, parts in sorted(offsets.items())}
-
-
-def batch_txn(pipeline: str, query_id: str, batch_id: int, end_offsets: Offsets,
-              counts: Mapping[str, int] | None = None, origin: Offsets | None = None,
-              table: str | None = None, start_offsets: Offsets | None = None,
+def batch_txn(pipeline: str, query_id: str, batch_id: int, end_offsets: OffsetsView,
+              counts: Mapping[str, int] | None = None, origin: OffsetsView | None = None,
+              table: str | None = None, start_offsets: OffsetsView | None = None,
               topic_ids: Mapping[str, str] | None = None) -> Txn:
     """`end_offsets` (and `start_offsets`) are the range Spark planned for the batch,
     every partition of it. `counts` (records read, per stage...) make each batch's
@@ -62,12 +56,12 @@ def batch_txn(pipeline: str, query_id: str, batch_id: int, end_offsets: Offsets,
         "pipeline": pipeline,
         "app_id": ident,
         "batch_id": batch_id,
-        "end_offsets": _offsets_document(end_offsets),
+        "end_offsets": to_json(end_offsets),
     }
     if origin:
-        metadata["origin"] = _offsets_document(origin)
+        metadata["origin"] = to_json(origin)
     if start_offsets is not None:
-        metadata["start_offsets"] = _offsets_document(start_offsets)
+        metadata["start_offsets"] = to_json(start_offsets)
     if topic_ids:
         metadata["topic_ids"] = dict(sorted(topic_ids.items()))
     if counts:
@@ -75,11 +69,9 @@ def batch_txn(pipeline: str, query_id: str, batch_id: int, end_offsets: Offsets,
     return Txn(ident, batch_id, json.dumps(metadata, separators=(",", ":")))
 
 
-def entry_offsets(entry: dict, key: str = "end_offsets") -> dict[str, dict[int, int]] | None:
+def entry_offsets(entry: dict, key: str = "end_offsets") -> Offsets | None:
     recorded = entry.get(key)
-    if recorded is None:
-        return None
-    return {t: {int(p): int(o) for p, o in parts.items()} for t, parts in recorded.items()}
+    return None if recorded is None else from_json(recorded)
 
 
 @contextmanager
@@ -107,29 +99,9 @@ def parse_metadata(text: str | None) -> dict | None:
     return entry if isinstance(entry, dict) and entry.get("ingest") == 1 else None
 
 
-def checkpoint_query_id(session, checkpoint: str) -> str | None:
-    """The query id Spark wrote in the checkpoint's `metadata` file, if there is one.
-
-    A local checkpoint is read as a file, others through Spark, so any file system
-    the checkpoint is on works."""
-    text = offset_log.read_text(session, f"{checkpoint.rstrip('/')}/metadata")
-    for line in (text or "").splitlines():
-        try:
-            return json.loads(line)["id"]
-        except (ValueError, KeyError, TypeError):
-            continue
-    return None
-
-
 # Operations after which the commits before them no longer describe the table's content.
 _REPLACING = ("CREATE OR REPLACE TABLE", "REPLACE TABLE", "CREATE OR REPLACE TABLE AS SELECT",
               "REPLACE TABLE AS SELECT")
-
-
-def _table(session, location: str, is_table: bool):
-    from delta.tables import DeltaTable
-
-    return DeltaTable.forName(session, location) if is_table else DeltaTable.forPath(session, location)
 
 
 def history_entries(session, location: str, is_table: bool, pipeline: str, limit: int | None = None,
@@ -146,7 +118,7 @@ def history_entries(session, location: str, is_table: bool, pipeline: str, limit
     a REPLACE TABLE undoes every commit before it. A user's DELETE or UPDATE
     undoes nothing here: the ledger says what the pipeline consumed, and `verify`
     reports the rows it finds missing."""
-    table = _table(session, location, is_table)
+    table = at_location(session, location, is_table)
     history = table.history(limit) if limit else table.history()
     rows = history.select("version", "timestamp", "operation", "operationParameters",
                           "userMetadata").collect()
@@ -218,7 +190,7 @@ def _restored_version(restore, rows) -> int:
 
 def txn_version(session, location: str, is_table: bool, app: str, pipeline: str) -> int | None:
     """The version Delta has recorded for the app id (a write at or below it is skipped)."""
-    table = _table(session, location, is_table)
+    table = at_location(session, location, is_table)
     try:
         none = session._jvm.scala.Option.empty()
         found = table._jdt.deltaLog().update(False, none, none).transactions().get(app)
@@ -230,9 +202,9 @@ def txn_version(session, location: str, is_table: bool, app: str, pipeline: str)
         return max(versions) if versions else None
 
 
-def recorded_offsets(entries) -> dict[str, dict[int, int]]:
+def recorded_offsets(entries) -> Offsets:
     """The furthest end offset per partition over the given ledger entries."""
-    furthest: dict[str, dict[int, int]] = {}
+    furthest: Offsets = {}
     for _, entry in entries:
         for topic, parts in entry.get("end_offsets", {}).items():
             for partition, offset in parts.items():
@@ -241,11 +213,11 @@ def recorded_offsets(entries) -> dict[str, dict[int, int]]:
     return furthest
 
 
-def recorded_origin(entries) -> dict[str, dict[int, int]] | None:
+def recorded_origin(entries) -> Offsets | None:
     """The first start recorded in the ledger: the oldest entry's `origin`, per
     partition; a partition added later takes its origin from the first entry that
     names it. None when no entry records one (written before origins were)."""
-    origin: dict[str, dict[int, int]] = {}
+    origin: Offsets = {}
     for _, entry in sorted(entries, key=lambda pair: pair[0]):
         for topic, parts in (entry.get("origin") or {}).items():
             for partition, offset in parts.items():
@@ -253,27 +225,12 @@ def recorded_origin(entries) -> dict[str, dict[int, int]] | None:
     return origin or None
 
 
-def checkpoint_start_offsets(session, checkpoint: str) -> dict[str, dict[int, int]] | None:
-    """Where the checkpoint's query first read: Spark's Kafka source writes its
-    initial offsets in `sources/0/0` before the first batch."""
-    from pyspark.errors import AnalysisException
-
-    try:
-        lines = session.read.text(f"{checkpoint.rstrip('/')}/sources/0/0").collect()
-    except AnalysisException:  # no such file: the query has not planned a batch
-        return None
-    found = [line.value for line in lines if line.value.strip().startswith("{")]
-    if not found:
-        return None
-    return {topic: {int(p): int(o) for p, o in parts.items()} for topic, parts in json.loads(found[-1]).items()}
-
-
 class ReplayMismatch(IngestError):
     """A batch id the table has already committed was planned with other offsets."""
 
 
 def check_replay(session, location: str, is_table: bool, pipeline: str, txn: Txn,
-                 start: Offsets | None, end: Offsets) -> None:
+                 start: OffsetsView | None, end: OffsetsView) -> None:
     """A batch whose id the table has already committed must be the same batch.
 
     Delta skips a write whose txn version is at or below the recorded one, whatever
@@ -294,7 +251,7 @@ def check_replay(session, location: str, is_table: bool, pipeline: str, txn: Txn
 
 
 def check_skipped(session, location: str, is_table: bool, pipeline: str, txn: Txn,
-                  start: Offsets | None, end: Offsets) -> None:
+                  start: OffsetsView | None, end: OffsetsView) -> None:
     """Delta skipped this batch's MERGE: its txn version was committed while this run went on.
 
     Only another copy on the same checkpoint commits under this app id, and on an object
@@ -321,7 +278,7 @@ def _recorded_entry(session, location: str, is_table: bool, pipeline: str, txn: 
                  if entry.get("app_id") == txn.app_id and entry.get("batch_id") == txn.version), None)
 
 
-def _same_range(recorded: dict, start: Offsets | None, end: Offsets) -> bool:
+def _same_range(recorded: dict, start: OffsetsView | None, end: OffsetsView) -> bool:
     same_start = start is None or entry_offsets(recorded, "start_offsets") == start  # None: log purged
     return same_start and entry_offsets(recorded) == end
 
@@ -330,6 +287,6 @@ def _recorded_range(recorded: dict) -> str:
     return _describe(entry_offsets(recorded, "start_offsets"), entry_offsets(recorded) or {})
 
 
-def _describe(start: Offsets | None, end: Offsets) -> str:
+def _describe(start: OffsetsView | None, end: OffsetsView) -> str:
     return " ".join(f"{t}/{p}:{(start or {}).get(t, {}).get(p, '?')}-{o}"
                     for t, parts in sorted(end.items()) for p, o in sorted(parts.items())) or "nothing"

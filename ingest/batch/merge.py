@@ -7,19 +7,17 @@ position), so an old record arriving late never overwrites a newer one.
 
 from __future__ import annotations
 
-import os
-import re
 from dataclasses import dataclass
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from ingest.batch.decode import RAW, REASON, STAGE
 from ingest.batch.merge_condition import merge_condition, upsert_condition
+from ingest.batch.staged import RAW, REASON, STAGE
 from ingest.batch.uid import UID
-from ingest.spec.model import DeadLetter, Pipeline, Target
+from ingest.platform.delta import builder_location, builder_name, delta_table
+from ingest.spec.model import Pipeline, Target
 
-_NAME_PART = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|`[^`]+`")
 COORDINATE_COLUMNS = ("_topic", "_partition", "_offset", "_kafka_timestamp", "_ingested_at")
 
 
@@ -45,48 +43,8 @@ def target_rows(records: DataFrame) -> DataFrame:
     )
 
 
-def delta_table(session, target: Target):
-    """The DeltaTable of a target (or of a table beside it, such as the delete log)."""
-    return _table(session, target)
-
-
-def _table(session, target: Target):
-    from delta.tables import DeltaTable
-
-    if target.table:
-        return DeltaTable.forName(session, target.table)
-    return DeltaTable.forPath(session, target.path)
-
-
-def table_exists(session, target: Target | DeadLetter) -> bool:
-    from delta.tables import DeltaTable
-
-    if target.table:
-        return session.catalog.tableExists(target.table)
-    return DeltaTable.isDeltaTable(session, target.path)
-
-
 def target_schema(session, target: Target):
-    return _table(session, target).toDF().schema
-
-
-def builder_name(table: str) -> str:
-    """OSS Delta's table builder parses `[db.]table` only, in the session catalog:
-    `spark_catalog.db.t` is given as `db.t`, the same table. Other names pass as
-    they are (Databricks documents `catalog.schema.table` for its builder)."""
-    parts = _NAME_PART.findall(table)
-    if len(parts) == 3 and parts[0].strip("`").lower() == "spark_catalog":
-        return ".".join(parts[1:])
-    return table
-
-
-def builder_location(path: str) -> str:
-    """Delta's table builder parses its location as a `delta.`path`` name, and a relative
-    path such as `./.ingest/data/t` (conf/local.yaml's DATA_ROOT) fails there with
-    INVALID_ATTRIBUTE_NAME_SYNTAX; a local path is made absolute, a URI passes as it is."""
-    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", path):
-        return path
-    return os.path.abspath(path)
+    return delta_table(session, target).toDF().schema
 
 
 def create_table(session, target: Target, rows: DataFrame) -> None:
@@ -129,7 +87,7 @@ def changing_rows(rows: DataFrame, existing: DataFrame, on: str, update: str) ->
 def merge_batch(session, rows: DataFrame, pipeline: Pipeline, bounds: dict[str, str]) -> MergeResult:
     """One MERGE, one commit. The caller sets the txn id on `session` around it."""
     target = pipeline.target
-    table = _table(session, target)
+    table = delta_table(session, target)
     condition = merge_condition(pipeline, bounds)
     if target.mode == "upsert":
         payload = compared_columns(rows, table.toDF())

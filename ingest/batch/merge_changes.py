@@ -27,10 +27,11 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from ingest.batch.cdc import DELETE, OP, SEQUENCE
-from ingest.batch.decode import RAW
-from ingest.batch.merge import MergeResult, create_table, delta_table, table_exists, target_rows
+from ingest.batch.merge import MergeResult, create_table, target_rows
 from ingest.batch.merge_condition import merge_condition
+from ingest.batch.staged import RAW
 from ingest.batch.uid import UID
+from ingest.platform.delta import delta_table, table_exists
 from ingest.spec.model import Pipeline, Target
 
 DELETED = "_deleted"

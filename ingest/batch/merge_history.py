@@ -19,11 +19,12 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from ingest.batch.cdc import DELETE, OP, SEQUENCE
-from ingest.batch.decode import RAW
-from ingest.batch.merge import MergeResult, delta_table, target_rows
+from ingest.batch.merge import MergeResult, target_rows
 from ingest.batch.merge_changes import DELETED
 from ingest.batch.merge_condition import merge_condition
+from ingest.batch.staged import RAW
 from ingest.batch.uid import UID
+from ingest.platform.delta import delta_table
 from ingest.spec.model import Pipeline
 
 VALID_FROM, VALID_TO, CURRENT = "_valid_from", "_valid_to", "_current"

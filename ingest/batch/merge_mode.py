@@ -11,8 +11,10 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 
 from ingest.batch import merge_changes, merge_history, merge_tombstones
-from ingest.batch.merge import MergeResult, create_table, merge_batch, table_exists, target_rows
-from ingest.batch.uid import KEEP, one_per_uid
+from ingest.batch.merge import MergeResult, create_table, merge_batch, target_rows
+from ingest.batch.staged import KEEP
+from ingest.batch.uid import one_per_uid
+from ingest.platform.delta import table_exists
 from ingest.spec.model import Pipeline
 
 

@@ -28,14 +28,14 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from ingest.batch.cdc import DELETE, OP, SEQUENCE
-from ingest.batch.decode import RAW, REASON, STAGE
-from ingest.batch.merge import MergeResult, delta_table, target_rows
+from ingest.batch.merge import MergeResult, target_rows
 from ingest.batch.merge_changes import DELETE_LOG_COLUMNS, DELETED, delete_log
 from ingest.batch.merge_condition import merge_condition, sql_string, upsert_condition
+from ingest.batch.staged import RAW, REASON, STAGE, TOMBSTONE
 from ingest.batch.uid import UID
+from ingest.platform.delta import delta_table
 from ingest.spec.model import Pipeline
 
-TOMBSTONE = "__tombstone"  # set by `mark`, read until the rows are built
 UPDATE = "u"
 _PRIOR = "__prior"
 _PRIOR_TIMESTAMP = "__prior_timestamp"

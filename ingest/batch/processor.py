@@ -34,16 +34,18 @@ from ingest.batch import (
     ledger,
     lost_ranges,
     merge_mode,
-    offset_log,
     schema_evolution,
     transform,
 )
 from ingest.batch.cdc import decode_envelope
 from ingest.batch.conflicts import retry_conflicts
-from ingest.batch.decode import RAW, REASON, STAGE, decode
-from ingest.batch.merge import MergeResult, table_exists, target_schema
-from ingest.batch.uid import KEEP, UID, mark_one_per_uid, with_uid
+from ingest.batch.decode import decode
+from ingest.batch.merge import MergeResult, target_schema
+from ingest.batch.staged import KEEP, RAW, REASON, STAGE, TOMBSTONE
+from ingest.batch.uid import UID, mark_one_per_uid, with_uid
 from ingest.kafka import admin as kafka_admin
+from ingest.kafka import checkpoint as spark_checkpoint
+from ingest.platform.delta import table_exists
 from ingest.spec.model import Pipeline
 
 log = logging.getLogger("ingest.run")
@@ -244,11 +246,11 @@ class BatchProcessor:
         """Spark's planned range for the batch, every partition (the records' own
         end offsets if the offset log cannot be read)."""
         checkpoint = self.pipeline.checkpoint
-        end = offset_log.planned_end(session, checkpoint, batch_id)
+        end = spark_checkpoint.planned_end(session, checkpoint, batch_id)
         if self._planned_end is not None and self._planned_end[0] == batch_id - 1:
             start = self._planned_end[1]
         else:
-            start = offset_log.planned_start(session, checkpoint, batch_id)
+            start = spark_checkpoint.planned_start(session, checkpoint, batch_id)
         if end is None:
             return None, summary.end_offsets
         self._planned_end = (batch_id, end)
@@ -292,7 +294,7 @@ class BatchProcessor:
             # Only at the pipeline's first start: later, this checkpoint may be one recovery
             # seeded (its start is the resume point, not an origin), and a partition added
             # since is read from its earliest offset, so it needs none.
-            started = {} if entries else offset_log.planned_start(session, self.pipeline.checkpoint, 0) or {}
+            started = {} if entries else spark_checkpoint.planned_start(session, self.pipeline.checkpoint, 0) or {}
             for topic, parts in started.items():  # partitions the ledger has no origin for
                 for partition, offset in parts.items():
                     origin.setdefault(topic, {}).setdefault(partition, offset)
@@ -303,7 +305,7 @@ class BatchProcessor:
         # Spark writes the query id into the checkpoint when the query starts; it
         # lives as long as the checkpoint, as the app id must.
         if self._query_id is None:
-            self._query_id = ledger.checkpoint_query_id(session, self.pipeline.checkpoint)
+            self._query_id = spark_checkpoint.query_id(session, self.pipeline.checkpoint)
             if self._query_id is None:
                 raise RuntimeError(f"no query id in checkpoint {self.pipeline.checkpoint}/metadata")
         return self._query_id
@@ -418,7 +420,6 @@ def staged_records(decoded: DataFrame, pipeline: Pipeline, failed=()) -> DataFra
     if not pipeline.deletes_by_tombstone:
         return with_uid(transform.apply(decoded, pipeline.transform, failed), pipeline.uid,
                         upsert_order(pipeline))
-    from ingest.batch.merge_tombstones import TOMBSTONE
 
     # a tombstone has no payload to transform or filter: it passes around the transform
     tombstones = decoded.where(F.col(TOMBSTONE)).select(RAW, STAGE, REASON, TOMBSTONE)

@@ -37,6 +37,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from ingest.batch.staged import NOT_FRAMED, NULL_VALUE, unknown_schema
 from ingest.errors import IngestError
 
 # FieldDescriptor.TYPE_* -> Spark type
@@ -279,15 +280,15 @@ class Reader:
 
     def read(self, value: bytes | None) -> tuple[dict | None, str | None]:
         if value is None:
-            return None, "null value (tombstone)"
+            return None, NULL_VALUE
         if not self.framed:
             return self._parse(value, "the schema_file's message")
         if len(value) < 6 or value[0] != 0:
-            return None, "not in the Confluent wire format (no magic byte 0 and 4-byte schema id)"
+            return None, NOT_FRAMED
         schema_id = struct.unpack(">I", value[1:5])[0]
         writer = self.writers.get(schema_id)
         if writer is None:
-            return None, f"unknown schema id {schema_id}: the registry has no such schema"
+            return None, unknown_schema(schema_id)
         try:
             indexes, start = read_indexes(value, 5)
             name = message_name(writer, indexes)

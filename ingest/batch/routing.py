@@ -26,9 +26,10 @@ from typing import Callable
 
 from pyspark.sql import DataFrame
 
-from ingest.batch import faults, lost_ranges, offset_log
+from ingest.batch import faults, lost_ranges
 from ingest.batch.processor import BatchProcessor, BatchReport, payload_schema
 from ingest.errors import IngestError
+from ingest.kafka import checkpoint as spark_checkpoint
 from ingest.spec import template
 from ingest.spec.model import Pipeline
 
@@ -76,8 +77,8 @@ class TopicRouter:
         against first record read) would be the one to find that retention deleted their
         whole slice. Before any table commits, as a processor records its own."""
         checkpoint = self.pipeline.checkpoint
-        end = offset_log.planned_end(session, checkpoint, batch_id)
-        start = offset_log.planned_start(session, checkpoint, batch_id)
+        end = spark_checkpoint.planned_end(session, checkpoint, batch_id)
+        start = spark_checkpoint.planned_start(session, checkpoint, batch_id)
         if not end or not start:
             return
         absent = [topic for topic in end if topic not in present]

@@ -13,7 +13,8 @@ from typing import Callable, Sequence
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from ingest.batch.decode import RAW, REASON, STAGE
+from ingest.batch.staged import RAW, REASON, STAGE
+from ingest.errors import first_line
 from ingest.spec.model import Transform
 
 Coordinate = tuple[str, int, int]
@@ -126,7 +127,3 @@ def _bisect(count: int, error_in: Callable[[int, int], str | None], coordinates)
             pending.extend([(mid + 1, hi), (lo, mid)])
     return found
 
-
-def first_line(error: Exception, limit: int = 300) -> str:
-    text = str(error).strip().splitlines()
-    return (text[0] if text else type(error).__name__)[:limit]

@@ -18,11 +18,10 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType, TimestampType
 
-from ingest.batch.decode import RAW, REASON, STAGE
+from ingest.batch.staged import KEEP, RAW, REASON, STAGE
 from ingest.spec.model import Uid
 
 UID = "_uid"
-KEEP = "__to_merge"  # true on the row of its uid that reaches the MERGE
 FIELD_SEPARATOR = "\u001f"
 
 

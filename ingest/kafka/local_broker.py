@@ -23,6 +23,7 @@ from typing import Any
 
 from ingest.errors import IngestError
 from ingest.platform import jars
+from ingest.platform.files import tail
 
 _PR_SET_PDEATHSIG = 1
 
@@ -231,12 +232,12 @@ class LocalKafka:
     def _check_alive(self) -> None:
         if self._process.poll() is not None:
             raise BrokerError(f"Kafka exited with {self._process.returncode}; see {self.log_file}:\n"
-                              + _tail(self.log_file))
+                              + tail(self.log_file, 20))
 
     def _give_up(self) -> None:
         self.stop()
         raise BrokerError(f"Kafka did not answer within {self.start_timeout_s:.0f}s; "
-                          f"see {self.log_file}:\n" + _tail(self.log_file))
+                          f"see {self.log_file}:\n" + tail(self.log_file, 20))
 
 
 _QUIET = logging.getLogger("ingest.kafka.local_broker.probe")
@@ -276,12 +277,6 @@ def _die_with_parent() -> None:
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
-
-def _tail(path: Path, lines: int = 20) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
 
 
 def create_topic(bootstrap_config: dict[str, str], name: str, partitions: int = 1,

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ingest.errors import IngestError
-from ingest.run.checkpoint import local_path
+from ingest.platform.files import local_path
 
 LEASE_FILE = "_ingest_lease.json"
 HEARTBEAT_S = 5.0

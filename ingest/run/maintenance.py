@@ -20,10 +20,10 @@ import re
 from dataclasses import dataclass
 
 from ingest.batch.conflicts import retry_conflicts
-from ingest.batch.merge import table_exists
 from ingest.batch.merge_changes import delete_log, purge_delete_log
 from ingest.batch.uid import UID
 from ingest.kafka import admin as kafka_admin
+from ingest.platform.delta import delta_table, table_exists
 from ingest.spec import template
 from ingest.spec.model import Pipeline, Target
 from ingest.spec.values import parse_duration
@@ -131,9 +131,7 @@ def deleted_file_retention_s(spark, table: Target) -> int:
 
 
 def _delta(spark, table: Target):
-    from delta.tables import DeltaTable
-
-    return DeltaTable.forName(spark, table.table) if table.table else DeltaTable.forPath(spark, table.path)
+    return delta_table(spark, table)
 
 
 def _size(count: int) -> str:

@@ -190,12 +190,10 @@ class Metrics:
 
 
 def _delta_version(spark, pipeline: Pipeline) -> int | None:
-    from delta.tables import DeltaTable
-
-    from ingest.batch.merge import table_exists
+    from ingest.platform.delta import delta_table, table_exists
 
     target = pipeline.target
     if template.is_per_topic(pipeline) or not table_exists(spark, target):  # one version per table there
         return None
-    table = DeltaTable.forName(spark, target.table) if target.table else DeltaTable.forPath(spark, target.path)
+    table = delta_table(spark, target)
     return int(table.history(1).select("version").first().version)

@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 
 from ingest.batch import ledger
 from ingest.batch.lost_ranges import Gap
-from ingest.batch.merge import table_exists
 from ingest.errors import IngestError
 from ingest.kafka import admin as kafka_admin
-from ingest.run.checkpoint import read_state
+from ingest.kafka import checkpoint as spark_checkpoint
+from ingest.kafka.checkpoint import read_state
+from ingest.platform.delta import table_exists
 from ingest.spec import template
 from ingest.spec.model import Pipeline, Target
 
@@ -95,7 +96,7 @@ def _from_delta_log(spark, pipeline: Pipeline, watermarks, topic_ids: dict[str, 
     offsets = {topic: {p: recorded.get(topic, {}).get(p, _unseen_start(pipeline, topic, p, recreated))
                        for p in parts}
                for topic, parts in (watermarks or recorded).items()}
-    query_id = ledger.checkpoint_query_id(spark, pipeline.checkpoint)
+    query_id = spark_checkpoint.query_id(spark, pipeline.checkpoint)
     app = "with a new app id" if query_id is None else f"under app id {ledger.app_id(pipeline.name, query_id)}"
     notes.append(f"{pipeline.name}: checkpoint {pipeline.checkpoint} is missing or empty; resuming from the "
                  f"offsets recorded in the Delta log of {pipeline.target.location}, {app}: "
@@ -169,7 +170,7 @@ def _check_tables(spark, pipeline: Pipeline, state, topic_ids: dict[str, str]) -
         _check_topics(pipeline, entries, topic_ids)
         _check_target(spark, pipeline, state, entries)
         return
-    started = ledger.checkpoint_start_offsets(spark, pipeline.checkpoint) or {}
+    started = spark_checkpoint.initial_offsets(spark, pipeline.checkpoint) or {}
     for table, topics in sorted(template.tables_of(pipeline, state.committed_offsets or {}).items()):
         one = template.for_topic(pipeline, topics[0])
         entries = _ledger(spark, one, one.target)
@@ -191,7 +192,7 @@ def _check_target(spark, pipeline: Pipeline, state, live, table: str | None = No
     from the checkpoint would never write their records again. `table`: one table of a
     table per topic, which holds only the batches with records of its topics."""
     committed = state.last_committed_batch
-    query_id = ledger.checkpoint_query_id(spark, pipeline.checkpoint)
+    query_id = spark_checkpoint.query_id(spark, pipeline.checkpoint)
     if committed is None or query_id is None:
         return
     app = ledger.app_id(pipeline.name, query_id, table)

@@ -28,15 +28,15 @@ from typing import Callable
 from pyspark.sql import functions as F
 
 from ingest.batch import ledger
-from ingest.batch.merge import table_exists
 from ingest.batch.processor import BatchProcessor, BatchReport, payload_schema
 from ingest.errors import IngestError
 from ingest.kafka import admin as kafka_admin
+from ingest.kafka.offsets import Offsets
 from ingest.kafka.source import kafka_options
+from ingest.platform.delta import table_exists
 from ingest.spec import template
 from ingest.spec.model import Pipeline, Target
 
-Offsets = dict[str, dict[int, int]]
 DEFAULT_CHUNK = 100_000
 
 

@@ -17,10 +17,10 @@ from typing import Any, Callable
 
 from ingest.batch.lost_ranges import record_lost
 from ingest.batch.processor import BatchReport
-from ingest.errors import SpecErrors
+from ingest.errors import SpecErrors, first_line, first_lines
+from ingest.kafka.checkpoint import read_state
 from ingest.platform.session import on_databricks
 from ingest.run import recovery
-from ingest.run.checkpoint import read_state
 from ingest.run.fencing import Lease
 from ingest.run.log_store import single_driver_warning
 from ingest.run.maintenance import OptimizeSchedule
@@ -147,7 +147,7 @@ class Supervisor:
                 self.on_note(f"{pipeline}: {done.line()}")
         except Exception as error:
             self.on_note(f"{pipeline}: maintenance.optimize_every: compaction failed, the run goes on: "
-                         f"{_first_lines(error, 1)}")
+                         f"{first_line(error, None)}")
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -206,7 +206,7 @@ class Supervisor:
             if run.pipeline.name not in outcomes:
                 outcomes[run.pipeline.name] = Outcome(run.pipeline.name, run.batches) if stopped else Outcome(
                     run.pipeline.name, run.batches, f"pipeline {run.pipeline.name}: the Spark driver (JVM) "
-                    f"stopped under the run: {_first_lines(error, 1)}; the next run resumes from the "
+                    f"stopped under the run: {first_line(error, None)}; the next run resumes from the "
                     "checkpoint", cause=error)
 
     def _stop_all(self) -> None:
@@ -246,7 +246,7 @@ class Supervisor:
         position = " ".join(f"{t}/{p}:{o}" for t, parts in sorted((offsets or {}).items())
                             for p, o in sorted(parts.items())) or "unknown"
         text = (f"pipeline {run.pipeline.name} failed in batch {batch_id} ({where} {position}): "
-                f"{_first_lines(cause)}")
+                f"{first_lines(cause, 3)}")
         return Outcome(run.pipeline.name, run.batches, text, batch_id, offsets, cause)
 
 
@@ -287,8 +287,3 @@ def _await(query, seconds: float) -> None:
     except StreamingQueryException:
         pass
 
-
-def _first_lines(error, count: int = 3) -> str:
-    text = getattr(error, "desc", None) or str(error)
-    lines = [line for line in str(text).strip().splitlines() if line.strip()]
-    return "\n  ".join(lines[:count]) if lines else type(error).__name__

@@ -86,8 +86,9 @@ def run_recovering(spark, pipeline):
 
 def app_id(spark, pipeline) -> str:
     from ingest.batch import ledger
+    from ingest.kafka import checkpoint as spark_checkpoint
 
-    return ledger.app_id(pipeline.name, ledger.checkpoint_query_id(spark, pipeline.checkpoint))
+    return ledger.app_id(pipeline.name, spark_checkpoint.query_id(spark, pipeline.checkpoint))
 
 
 def ledger_entries(pipeline) -> list[dict]:

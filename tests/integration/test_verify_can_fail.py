@@ -13,8 +13,9 @@ from pyspark.sql import functions as F
 from ingest.audit.verify import verify
 from ingest.batch import ledger
 from ingest.cli import main
+from ingest.kafka import checkpoint as spark_checkpoint
+from ingest.kafka.checkpoint import read_state
 from ingest.run import recovery
-from ingest.run.checkpoint import read_state
 from ingest.spec.loader import to_document, to_yaml
 from tests.integration.conftest import run_once, with_target
 
@@ -134,7 +135,7 @@ def test_offsets_consumed_beyond_the_targets_ledger_are_a_finding(spark, sender,
     run_once(spark, pipeline, timeout=1200)
     send(sender, ("u-2", order(2), 0), ("u-3", order(3), 1))
     # batch 1's dead-letter commit landed and its target commit did not (a crash between them)
-    query_id = ledger.checkpoint_query_id(spark, pipeline.checkpoint)
+    query_id = spark_checkpoint.query_id(spark, pipeline.checkpoint)
     txn = ledger.batch_txn(pipeline.name, query_id, 1, {sender.topic: {0: 3, 1: 1}},
                            start_offsets={sender.topic: {0: 2, 1: 0}})
     dead = spark.read.format("delta").load(pipeline.dead_letter.path)

@@ -1,6 +1,7 @@
 """The package's layers (docs/architecture.md): each imports only the layers below it."""
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -50,3 +51,42 @@ def test_imports_point_down(module, path):
 def test_every_subpackage_is_a_known_layer():
     subpackages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
     assert subpackages <= set(LAYERS) | FACE_PACKAGES, subpackages - set(LAYERS) - FACE_PACKAGES
+
+
+# One home per concept: the checkpoint's file layout and the choice between a table's
+# catalog name and its path are spelled in one module each, so a second reader of
+# either cannot come back unseen.
+CHECKPOINT_PATHS = re.compile(r"/(sources/0/0|offsets|commits)(/|$)")
+DELTA_OPENERS = ("forName", "forPath")
+
+
+def string_parts(tree: ast.AST) -> list[str]:
+    """The string literals of a module, f-strings' literal parts included, docstrings not."""
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr)
+                  and isinstance(node.body[0].value, ast.Constant)}
+    return [node.value for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings]
+
+
+def spelled_in(found) -> dict[str, list[str]]:
+    homes: dict[str, list[str]] = {}
+    for module, path in modules():
+        for what in found(ast.parse(path.read_text())):
+            homes.setdefault(what, []).append(module)
+    return homes
+
+
+def test_the_checkpoint_layout_is_read_in_one_module():
+    def paths(tree):
+        return {found.group(1) for s in string_parts(tree) if (found := CHECKPOINT_PATHS.search(s))}
+    homes = spelled_in(paths)
+    assert homes == {p: ["ingest.kafka.checkpoint"] for p in ("sources/0/0", "offsets", "commits")}, homes
+
+
+def test_a_delta_table_is_opened_by_name_or_path_in_one_module():
+    def openers(tree):
+        return {node.attr for node in ast.walk(tree)
+                if isinstance(node, ast.Attribute) and node.attr in DELTA_OPENERS}
+    assert spelled_in(openers) == {name: ["ingest.platform.delta"] for name in DELTA_OPENERS}

@@ -8,7 +8,7 @@ import json
 from pyspark.sql.types import StructType
 
 from ingest.batch.cdc import SEQUENCE, decode_envelope
-from ingest.batch.decode import REASON
+from ingest.batch.staged import REASON
 from ingest.spec.model import Cdc
 
 RAW = ("topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, key BINARY, value BINARY, "

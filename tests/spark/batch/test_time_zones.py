@@ -5,9 +5,9 @@ from datetime import datetime, timezone
 
 from pyspark.sql import functions as F
 
-from ingest.batch.decode import RAW, REASON, STAGE
 from ingest.batch.merge import create_table, merge_batch, target_rows
 from ingest.batch.processor import summarize
+from ingest.batch.staged import RAW, REASON, STAGE
 from ingest.batch.uid import FIELD_SEPARATOR, UID, one_per_uid, with_uid
 from ingest.spec.model import DeadLetter, DedupHorizon, KafkaSource, Pipeline, Source, Target, Uid
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections import namedtuple
 
-from ingest.batch import ledger, offset_log
+from ingest.batch import ledger
+from ingest.kafka import checkpoint
 
 Row = namedtuple("Row", "version timestamp operation operationParameters userMetadata")
 
@@ -39,10 +40,10 @@ def test_the_offset_log_files(tmp_path):
     (tmp_path / "sources" / "0").mkdir(parents=True)
     (tmp_path / "offsets" / "0").write_text('v1\n{"batchWatermarkMs":0}\n{"t":{"1":4,"0":7}}\n')
     (tmp_path / "sources" / "0" / "0").write_text('\x00v1\n{"t":{"0":2,"1":0}}')
-    assert offset_log.planned_end(None, str(tmp_path), 0) == {"t": {0: 7, 1: 4}}
-    assert offset_log.planned_start(None, str(tmp_path), 0) == {"t": {0: 2, 1: 0}}
-    assert offset_log.planned_start(None, str(tmp_path), 1) == {"t": {0: 7, 1: 4}}
-    assert offset_log.planned_end(None, str(tmp_path), 1) is None
+    assert checkpoint.planned_end(None, str(tmp_path), 0) == {"t": {0: 7, 1: 4}}
+    assert checkpoint.planned_start(None, str(tmp_path), 0) == {"t": {0: 2, 1: 0}}
+    assert checkpoint.planned_start(None, str(tmp_path), 1) == {"t": {0: 7, 1: 4}}
+    assert checkpoint.planned_end(None, str(tmp_path), 1) is None
 
 
 def test_a_ledger_entry_carries_the_planned_range_and_topic_ids():

@@ -1,0 +1,72 @@
+"""A Delta table by catalog name or by path: decided here, once.
+
+Targets, dead-letter tables and the delete log each carry `table` (a catalog
+name) or `path`; every layer above opens, tests and creates them through these
+functions, so a third way to locate a table has one place to go.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Protocol
+
+_NAME_PART = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|`[^`]+`")
+_URI_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+class Located(Protocol):
+    """A table named in the catalog (`table`) or stored at `path`."""
+
+    @property
+    def table(self) -> str | None: ...
+
+    @property
+    def path(self) -> str | None: ...
+
+
+def delta_table(session, where: Located):
+    """The DeltaTable of a target, a dead-letter table or a table beside them."""
+    return at_location(session, where.table or where.path or "", bool(where.table))
+
+
+def at_location(session, location: str, is_table: bool):
+    """The DeltaTable of a catalog name (`is_table`) or a path."""
+    from delta.tables import DeltaTable
+
+    return DeltaTable.forName(session, location) if is_table else DeltaTable.forPath(session, location)
+
+
+def table_exists(session, where: Located) -> bool:
+    from delta.tables import DeltaTable
+
+    if where.table:
+        return session.catalog.tableExists(where.table)
+    return DeltaTable.isDeltaTable(session, where.path)
+
+
+def read(session, where: Located):
+    """The table's rows as a DataFrame (no DeltaTable object needed)."""
+    return session.read.table(where.table) if where.table else session.read.format("delta").load(where.path)
+
+
+def is_uri(location: str) -> bool:
+    """A location with a scheme (`s3://`, `abfss://`, `dbfs:`), not a local path."""
+    return bool(_URI_SCHEME.match(location))
+
+
+def builder_name(table: str) -> str:
+    """OSS Delta's table builder parses `[db.]table` only, in the session catalog:
+    `spark_catalog.db.t` is given as `db.t`, the same table. Other names pass as
+    they are (Databricks documents `catalog.schema.table` for its builder)."""
+    parts = _NAME_PART.findall(table)
+    if len(parts) == 3 and parts[0].strip("`").lower() == "spark_catalog":
+        return ".".join(parts[1:])
+    return table
+
+
+def builder_location(path: str) -> str:
+    """Delta's table builder parses its location as a `delta.`path`` name, and a relative
+    path such as `./.ingest/data/t` (conf/local.yaml's DATA_ROOT) fails there with
+    INVALID_ATTRIBUTE_NAME_SYNTAX; a local path is made absolute, a URI passes as it is."""
+    return path if is_uri(path) else os.path.abspath(path)

@@ -1,0 +1,59 @@
+"""Small files where the job runs: a local (or mounted) path read as a file, any
+other location through Spark, so every file system the session reaches works.
+
+The checkpoint's files and a log's last lines are read here; no module above
+repeats the local-or-Spark branch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def local_path(location: str) -> Path | None:
+    """The local (or mounted) path of a location, or None for an object-store URI."""
+    if location.startswith("file:"):
+        return Path(location.removeprefix("file:").removeprefix("//"))
+    if "://" in location or location.startswith("dbfs:"):
+        return None
+    return Path(location)
+
+
+def read_text(session, location: str) -> str | None:
+    """A small file's text, or None when it does not exist."""
+    local = local_path(location)
+    if local is not None:
+        return local.read_text(errors="replace") if local.is_file() else None
+    from pyspark.errors import AnalysisException
+
+    try:
+        rows = session.read.option("wholetext", "true").text(location).collect()
+    except AnalysisException:  # no such file
+        return None
+    return rows[0].value if rows else None
+
+
+def numbered_files(session, folder: str) -> dict[int, str]:
+    """n -> text of every file named by a number in a folder; {} when there is no folder."""
+    local = local_path(folder)
+    if local is not None:  # no Spark job, and no stack trace logged for a missing folder
+        if not local.is_dir():
+            return {}
+        return {int(f.name): f.read_text() for f in local.iterdir() if f.name.isdigit()}
+    from pyspark.errors import AnalysisException
+    from pyspark.sql import functions as F
+
+    try:
+        rows = (session.read.option("wholetext", "true").text(folder)
+                .select(F.col("_metadata.file_name").alias("name"), "value").collect())
+    except AnalysisException:  # the folder does not exist
+        return {}
+    return {int(r.name): r.value for r in rows if r.name.isdigit()}
+
+
+def tail(path: Path, lines: int, missing: str = "") -> str:
+    """A log's last lines, or `missing` when there is no log to read."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return missing
