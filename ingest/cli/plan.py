@@ -1,4 +1,4 @@
-"""`ingest plan`: what a pipeline will do, as text, secrets masked.
+"""`ingest plan`: what a pipeline will do, as text or JSON, secrets masked.
 
 Every line that describes runtime behaviour comes from the function the
 runtime itself calls (Kafka options from `source`, the MERGE condition from
@@ -12,6 +12,8 @@ import textwrap
 
 from ingest.batch import ledger
 from ingest.batch.merge_condition import merge_condition, upsert_condition
+from ingest.cli.options import load_one, settings_of
+from ingest.cli.output import OK, to_json
 from ingest.errors import IngestError
 from ingest.kafka.source import kafka_options
 from ingest.spec import template
@@ -19,9 +21,29 @@ from ingest.spec.loader import Loaded, to_document, to_yaml
 from ingest.spec.model import REGISTRY_FORMATS, Pipeline
 from ingest.spec.settings import Settings, mask, mask_mapping
 
+NEEDS_SPARK = False  # a plan is read from the spec; the few parts that need pyspark import it themselves
 INDENT = "  "
 CHECKPOINT_QUERY_ID = "<query id of the checkpoint>"
 INGEST_COLUMNS_TEXT = "_topic, _partition, _offset, _kafka_timestamp, _ingested_at"
+
+
+def add(commands, parents) -> None:
+    command = commands.add_parser("plan", parents=parents, help="show what a pipeline will run",
+                                  description="Print the resolved pipeline (secrets masked), the "
+                                  "Kafka options, the target, the dead-letter table, the "
+                                  "transaction id scheme and the MERGE condition.")
+    command.add_argument("file", metavar="FILE", help="a pipeline file")
+    command.add_argument("--json", action="store_true", help="print the plan as JSON")
+
+
+def run(args) -> int:
+    settings = settings_of(args)
+    loaded = load_one(args, settings)
+    if args.json:
+        print(to_json(plan_document(loaded, settings)))
+    else:
+        print(render_plan(loaded, settings), end="")
+    return OK
 
 
 def render_plan(loaded: Loaded, settings: Settings) -> str:

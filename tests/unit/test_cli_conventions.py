@@ -8,7 +8,7 @@ import sys
 import pytest
 
 import ingest
-from ingest.cli import build_parser, main
+from ingest.cli import COMMANDS, build_parser, main
 from tests.unit import test_cli
 from tests.unit.test_cli import WITH_SECRETS, write
 
@@ -86,11 +86,23 @@ def test_yml_pipelines_and_conf(project, capsys):
     assert "OK pipelines/orders.yml" in out.splitlines()
 
 
-@pytest.mark.parametrize("command", ["run", "status", "verify", "maintain", "replay", "demo"])
+NEEDS_SPARK = sorted(name for name, module in COMMANDS.items() if module.NEEDS_SPARK)
+# The fewest arguments each command parses with; a command missing here fails the test below.
+SMALLEST_ARGV = {"run": ["pipelines/orders.yaml"], "status": ["pipelines/orders.yaml"],
+                 "verify": ["pipelines/orders.yaml"], "maintain": ["pipelines/orders.yaml"],
+                 "replay": ["pipelines/orders.yaml", "--from-timestamp", "0"], "demo": []}
+
+
+def test_every_command_module_says_whether_it_needs_spark():
+    assert set(COMMANDS) == set(build_parser()._subparsers._group_actions[0].choices)
+    assert all(isinstance(module.NEEDS_SPARK, bool) for module in COMMANDS.values())
+    assert {"run", "status", "verify", "maintain", "replay", "demo"} <= set(NEEDS_SPARK)
+
+
+@pytest.mark.parametrize("command", NEEDS_SPARK)
 def test_commands_that_need_spark_say_how_to_get_it(project, capsys, monkeypatch, command):
     monkeypatch.setitem(sys.modules, "pyspark", None)  # `import pyspark` now raises ImportError
-    argv = {"demo": [command], "replay": [command, "pipelines/orders.yaml", "--from-timestamp", "0"]}.get(
-        command, [command, "pipelines/orders.yaml"])
+    argv = [command, *SMALLEST_ARGV[command]]
     code, out, err = outcome(capsys, *argv)
     assert code == 2
     assert out == ""

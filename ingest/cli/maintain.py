@@ -1,0 +1,43 @@
+"""`ingest maintain`: OPTIMIZE and VACUUM a pipeline's tables, safe while it runs."""
+
+from __future__ import annotations
+
+import sys
+
+from ingest.cli.options import load_one
+from ingest.cli.output import OK, to_json
+from ingest.spec.settings import mask
+
+NEEDS_SPARK = True
+
+
+def add(commands, parents) -> None:
+    command = commands.add_parser(
+        "maintain", parents=parents, help="compact and vacuum a pipeline's tables",
+        description="OPTIMIZE and/or VACUUM the target and the dead letters, safe while the "
+        "pipeline runs. VACUUM keeps files for the longest of maintenance.vacuum_retain and the "
+        "table's delta.deletedFileRetentionDuration. With hard deletes, the delete log too: "
+        "VACUUM first purges the deletes logged longer ago than maintenance.delete_log_retain. "
+        "With neither flag, both run.")
+    command.add_argument("file", metavar="FILE", help="pipeline file")
+    command.add_argument("--optimize", action="store_true", help="compact small files")
+    command.add_argument("--vacuum", action="store_true", help="delete files no version still needs")
+    command.add_argument("--zorder", action="store_true", help="with --optimize: Z-order the target by _uid")
+    command.add_argument("--json", action="store_true", help="results as JSON")
+
+
+def run(args) -> int:
+    from dataclasses import asdict
+
+    from ingest.platform.session import get_session
+    from ingest.run.maintenance import maintain
+
+    pipeline = load_one(args).pipeline
+    both = not (args.optimize or args.vacuum)
+    done = maintain(get_session("ingest-maintain"), pipeline, optimize=args.optimize or both,
+                    vacuum=args.vacuum or both, zorder=args.zorder)
+    if not done:
+        print(f"note: {pipeline.name}: no table to maintain yet", file=sys.stderr)
+    text = to_json([asdict(one) for one in done]) if args.json else "\n".join(one.line() for one in done)
+    print(mask(text, pipeline.secret_values))
+    return OK
