@@ -9,6 +9,8 @@ import pytest
 
 import ingest
 from ingest.cli import COMMANDS, build_parser, main
+from ingest.cli import plan as cli_plan
+from ingest.errors import IngestError, Problem, SpecErrors
 from tests.unit import test_cli
 from tests.unit.test_cli import WITH_SECRETS, write
 
@@ -143,3 +145,21 @@ def test_plan_json_masks_secrets(project, capsys, monkeypatch):
     assert plan["pipeline"] == "payments"
     assert plan["kafka_options"]["kafka.sasl.jaas.config"] == "***"
     assert plan["merge"].startswith("MERGE WITH SCHEMA EVOLUTION INTO main.finance.payments")
+
+
+@pytest.mark.parametrize("raised,code,shown", [
+    (IngestError("the broker refused password hunter2"), 1, "error: the broker refused password ***\n"),
+    (SpecErrors([Problem("bad_sql", "transform.where", "hunter2 is not a column", 3, "p.yaml")]), 2,
+     "p.yaml:3: transform.where: *** is not a column\n1 error in p.yaml\n"),
+])
+def test_main_maps_what_a_command_raises_to_its_exit_code_masking_secrets(
+        project, capsys, monkeypatch, raised, code, shown):
+    """One place for every command: after the pipeline loaded, its secrets are masked in the error."""
+    monkeypatch.setenv("KAFKA_PASSWORD", "hunter2")
+    file = write(project, "payments.yaml", WITH_SECRETS)
+
+    def fails_after_loading(loaded, settings):
+        raise raised
+
+    monkeypatch.setattr(cli_plan, "render_plan", fails_after_loading)
+    assert outcome(capsys, "plan", "--env", "cluster", file) == (code, "", shown)
