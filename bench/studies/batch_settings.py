@@ -96,8 +96,9 @@ def ingest_side(spark, root: Path):
 def append_side(spark, root: Path):
     from pyspark.sql import functions as F
 
-    from ingest.batch.decode import STAGE, decode
+    from ingest.batch.formats.decode import decode
     from ingest.batch.merge import target_rows
+    from ingest.batch.staged import STAGE
     from ingest.batch.uid import with_uid
     from ingest.spec.model import Uid
 

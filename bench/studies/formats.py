@@ -1,6 +1,6 @@
 """Avro against JSON on the same records, side by side in one Spark session.
 
-decode     `batch.decode.decode` over Kafka-shaped rows held in memory (no broker):
+decode     `batch.formats.decode.decode` over Kafka-shaped rows held in memory (no broker):
            JSON (`from_json`) against Avro (fastavro in an Arrow UDF, Confluent
            framing, the writer schema by id), into the no-op sink
 pipeline   the whole `ingest` query (start_query, available-now) over two topics of
@@ -70,8 +70,8 @@ def timed(action) -> float:
 
 
 def decode_leg(spark, data, repeat: int) -> dict:
-    from ingest.batch.decode import decode
-    from ingest.batch.schema_decode import SchemaDecoder
+    from ingest.batch.formats.decode import decode
+    from ingest.batch.formats.schemas import SchemaDecoder
 
     json_rows, avro_rows = kafka_rows(spark, [d[1] for d in data]), kafka_rows(spark, [d[2] for d in data])
     json_rows.count(), avro_rows.count()
@@ -90,8 +90,8 @@ def decode_leg(spark, data, repeat: int) -> dict:
 
 def _decoder(cls):
     """A framed Avro decoder whose writer schema is already known (no registry in this leg)."""
-    from ingest.batch import avro
-    from ingest.batch.registry import RegistryClient
+    from ingest.batch.formats import avro
+    from ingest.batch.formats.registry import RegistryClient
     from ingest.spec.model import Registry
 
     text = json.dumps(AVRO_SCHEMA)

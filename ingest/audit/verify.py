@@ -29,7 +29,7 @@ from pyspark.sql import functions as F
 
 from ingest.batch import ledger, transform
 from ingest.batch.dead_letter import FAILURE_STAGES, TOPIC_ID
-from ingest.batch.decode import decode
+from ingest.batch.formats.decode import decode
 from ingest.batch.processor import decode_records, payload_schema, staged_records, upsert_order
 from ingest.batch.staged import RAW, REASON, STAGE, TOMBSTONE
 from ingest.batch.uid import UID, with_uid

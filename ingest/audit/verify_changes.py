@@ -35,8 +35,8 @@ from ingest.audit.verify import (
     read_topic,
 )
 from ingest.batch import transform
-from ingest.batch.cdc import DELETE, OP, SEQUENCE, decode_envelope
 from ingest.batch.dead_letter import FAILURE_STAGES
+from ingest.batch.formats.cdc import DELETE, OP, SEQUENCE, decode_envelope
 from ingest.batch.merge_changes import last_changes
 from ingest.batch.processor import payload_schema, staged_records
 from ingest.batch.staged import RAW, REASON, STAGE

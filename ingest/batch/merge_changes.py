@@ -26,7 +26,7 @@ from dataclasses import replace
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from ingest.batch.cdc import DELETE, OP, SEQUENCE
+from ingest.batch.formats.cdc import DELETE, OP, SEQUENCE
 from ingest.batch.merge import MergeResult, create_table, target_rows
 from ingest.batch.merge_condition import merge_condition
 from ingest.batch.staged import RAW

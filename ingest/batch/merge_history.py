@@ -18,7 +18,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from ingest.batch.cdc import DELETE, OP, SEQUENCE
+from ingest.batch.formats.cdc import DELETE, OP, SEQUENCE
 from ingest.batch.merge import MergeResult, target_rows
 from ingest.batch.merge_changes import DELETED
 from ingest.batch.merge_condition import merge_condition

@@ -27,7 +27,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from ingest.batch.cdc import DELETE, OP, SEQUENCE
+from ingest.batch.formats.cdc import DELETE, OP, SEQUENCE
 from ingest.batch.merge import MergeResult, target_rows
 from ingest.batch.merge_changes import DELETE_LOG_COLUMNS, DELETED, delete_log
 from ingest.batch.merge_condition import merge_condition, sql_string, upsert_condition

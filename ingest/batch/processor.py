@@ -28,18 +28,10 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from ingest.batch import (
-    dead_letter,
-    faults,
-    ledger,
-    lost_ranges,
-    merge_mode,
-    schema_evolution,
-    transform,
-)
-from ingest.batch.cdc import decode_envelope
+from ingest.batch import dead_letter, faults, ledger, lost_ranges, merge_mode, schema_evolution, transform
 from ingest.batch.conflicts import retry_conflicts
-from ingest.batch.decode import decode
+from ingest.batch.formats.cdc import decode_envelope
+from ingest.batch.formats.decode import decode
 from ingest.batch.merge import MergeResult, target_schema
 from ingest.batch.staged import KEEP, RAW, REASON, STAGE, TOMBSTONE
 from ingest.batch.uid import UID, mark_one_per_uid, with_uid
@@ -438,11 +430,11 @@ def payload_schema(spark, pipeline: Pipeline):
     """json: the DDL as a StructType; avro, protobuf: the run's `SchemaDecoder`
     (asks the registry for the reader schema now)."""
     if pipeline.source.format in ("avro", "protobuf"):
-        from ingest.batch.schema_decode import SchemaDecoder
+        from ingest.batch.formats.schemas import SchemaDecoder
 
         decoder = SchemaDecoder.open(pipeline.source)
         if pipeline.cdc is not None:  # the reader schema must be a change envelope
-            from ingest.batch.cdc import envelope_row
+            from ingest.batch.formats.cdc import envelope_row
 
             envelope_row(decoder.columns)
         return decoder

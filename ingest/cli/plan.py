@@ -117,7 +117,7 @@ def _reader_schema(pipeline: Pipeline) -> str:
 
 
 def _one_reader_schema(source) -> str:
-    from ingest.batch.schema_decode import ddl, reader_columns
+    from ingest.batch.formats.schemas import ddl, reader_columns
 
     where = (f"subject {source.subject}, version {source.registry.version}" if source.registry
              else source.schema_file)
@@ -136,7 +136,7 @@ def _target(pipeline: Pipeline) -> str:
     rule = ("the first copy of a uid wins" if target.mode == "insert_only" else
             f"the latest {target.order_by} wins (ties: the later Kafka position)")
     if pipeline.cdc is not None:
-        from ingest.batch.cdc import sequence_name  # it needs pyspark; plan of other pipelines must not
+        from ingest.batch.formats.cdc import sequence_name  # it needs pyspark; plan of other pipelines must not
 
         rule = (f"each key ends as its last change by {sequence_name(pipeline.cdc)} (ties: the later "
                 f"partition, then offset); deletes {target.deletes}"

@@ -114,7 +114,7 @@ def _reader_columns(pipeline) -> tuple[object, list[Problem]]:
     """avro/protobuf: the reader schema's columns from the registry or schema_file."""
     if pipeline.source.format not in ("avro", "protobuf"):
         return None, []
-    from ingest.batch.schema_decode import reader_columns
+    from ingest.batch.formats.schemas import reader_columns
 
     # A subject per topic: each listed topic's (a pattern's topics are known only at run
     # time); the transform is then checked by the run, against each topic's own columns.

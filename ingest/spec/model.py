@@ -145,7 +145,7 @@ class Cdc:
 
 
 # what `cdc.encodings` accepts: Kafka Connect's and Debezium's logical type names, and the
-# decimal modes `string` and `double` (batch/connect_types.py converts each)
+# decimal modes `string` and `double` (batch/formats/connect_types.py converts each)
 CDC_ENCODINGS = (
     "org.apache.kafka.connect.data.Decimal", "io.debezium.data.VariableScaleDecimal", "string",
     "double", "org.apache.kafka.connect.data.Timestamp", "io.debezium.time.Timestamp",

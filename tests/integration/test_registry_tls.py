@@ -57,8 +57,8 @@ def pipeline_file(tmp_path, topic, url, ca):
 def test_https_with_a_ca_file_and_a_bearer_token(spark, kafka, topic, tmp_path, tls_registry):
     from dataclasses import replace
 
-    from ingest.batch.registry import RegistryUnavailable
-    from ingest.batch.schema_decode import SchemaDecoder
+    from ingest.batch.formats.registry import RegistryUnavailable
+    from ingest.batch.formats.schemas import SchemaDecoder
     from ingest.spec.loader import load_pipeline
 
     stand_in, ca = tls_registry

@@ -7,7 +7,7 @@ import json
 
 from pyspark.sql.types import StructType
 
-from ingest.batch.cdc import SEQUENCE, decode_envelope
+from ingest.batch.formats.cdc import SEQUENCE, decode_envelope
 from ingest.batch.staged import REASON
 from ingest.spec.model import Cdc
 

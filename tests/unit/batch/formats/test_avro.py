@@ -9,7 +9,7 @@ import struct
 import pytest
 from fastavro import parse_schema, schemaless_writer
 
-from ingest.batch import avro
+from ingest.batch.formats import avro
 
 V1 = {"type": "record", "name": "R", "fields": [
     {"name": "id", "type": "string"}, {"name": "n", "type": "int"}]}

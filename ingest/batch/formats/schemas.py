@@ -17,8 +17,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
-from ingest.batch import avro, protobuf
-from ingest.batch.registry import RegistryClient, SchemaNotFound
+from ingest.batch.formats import avro, protobuf
+from ingest.batch.formats.registry import RegistryClient, SchemaNotFound
 from ingest.errors import IngestError
 from ingest.spec.model import Source
 from ingest.spec.proto_file import ProtoFileError, compile_proto

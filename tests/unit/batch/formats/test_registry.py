@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from ingest.batch.registry import RegistryClient, RegistryUnavailable, SchemaNotFound, masked_url
+from ingest.batch.formats.registry import RegistryClient, RegistryUnavailable, SchemaNotFound, masked_url
 from ingest.spec.model import Registry
 from tests.schema_registry_stand_in import StandInRegistry
 

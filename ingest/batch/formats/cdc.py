@@ -22,8 +22,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, LongType, MapType, StringType, StructField, StructType
 
-from ingest.batch.connect_types import Field, convert
-from ingest.batch.schema_decode import SchemaUnavailable
+from ingest.batch.formats.connect_types import Field, convert
+from ingest.batch.formats.schemas import SchemaUnavailable
 from ingest.batch.staged import RAW, RAW_FIELDS, REASON, STAGE
 from ingest.spec.model import Cdc
 

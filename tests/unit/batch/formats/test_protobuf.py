@@ -11,9 +11,9 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from ingest.batch import protobuf
-from ingest.batch.registry import RegistryClient
-from ingest.batch.schema_decode import SchemaDecoder, proto_schema
+from ingest.batch.formats import protobuf
+from ingest.batch.formats.registry import RegistryClient
+from ingest.batch.formats.schemas import SchemaDecoder, proto_schema
 from ingest.spec.model import KafkaSource, Registry, Source
 from tests.protobuf_messages import message_classes
 from tests.schema_registry_stand_in import StandInRegistry
