@@ -76,7 +76,7 @@ def start(spark: SparkSession, path: PathLike | Sequence[PathLike], env: str = "
 
     `preflight=False` is `ingest run --no-preflight`: no broker check and no retention
     guard from the Python client, for a login only Spark's Java client speaks."""
-    from ingest.batch import faults
+    from ingest.batch.commit import faults
     from ingest.run.supervisor import Supervisor
     from ingest.spec.loader import check_unique, read_pipeline
     from ingest.spec.settings import load_settings

@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT_VARIABLE = "DATA_ROOT"
 DEFAULT_ROOT = Path(".ingest/data")  # conf/local.yaml's DATA_ROOT, where the demo writes too
 NOTEBOOK_SPARK_CONF = {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"}
-# The ledger entry each ingest commit carries in userMetadata (see ingest.batch.ledger).
+# The ledger entry each ingest commit carries in userMetadata (see ingest.batch.commit.ledger).
 LEDGER_SCHEMA = ("ingest INT, pipeline STRING, app_id STRING, batch_id LONG, "
                  "end_offsets MAP<STRING, MAP<STRING, LONG>>, counts MAP<STRING, LONG>")
 

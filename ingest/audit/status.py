@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
-from ingest.batch import ledger
+from ingest.batch.commit import ledger
 from ingest.errors import IngestError
 from ingest.kafka import admin as kafka_admin
 from ingest.kafka.checkpoint import CheckpointState, read_state

@@ -27,7 +27,8 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from ingest.batch import ledger, transform
+from ingest.batch import transform
+from ingest.batch.commit import ledger
 from ingest.batch.dead_letter import FAILURE_STAGES, TOPIC_ID
 from ingest.batch.formats.decode import decode
 from ingest.batch.processor import decode_records, payload_schema, staged_records, upsert_order

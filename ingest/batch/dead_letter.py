@@ -12,8 +12,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
-from ingest.batch import ledger
-from ingest.batch.ledger import Txn
+from ingest.batch.commit import ledger
+from ingest.batch.commit.ledger import Txn
 from ingest.batch.staged import RAW, REASON, STAGE
 from ingest.platform.delta import builder_location, builder_name, delta_table
 from ingest.spec.model import DeadLetter

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from ingest.batch import dead_letter
-from ingest.batch.ledger import Txn
+from ingest.batch.commit.ledger import Txn
 from ingest.kafka import admin as kafka_admin
 from ingest.spec import template
 from ingest.spec.model import Pipeline

@@ -28,8 +28,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from ingest.batch import dead_letter, faults, ledger, lost_ranges, merge_mode, schema_evolution, transform
-from ingest.batch.conflicts import retry_conflicts
+from ingest.batch import dead_letter, lost_ranges, merge_mode, schema_evolution, transform
+from ingest.batch.commit import faults, ledger
+from ingest.batch.commit.conflicts import retry_conflicts
 from ingest.batch.formats.cdc import decode_envelope
 from ingest.batch.formats.decode import decode
 from ingest.batch.merge import MergeResult, target_schema

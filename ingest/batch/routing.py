@@ -26,7 +26,8 @@ from typing import Callable
 
 from pyspark.sql import DataFrame
 
-from ingest.batch import faults, lost_ranges
+from ingest.batch import lost_ranges
+from ingest.batch.commit import faults
 from ingest.batch.processor import BatchProcessor, BatchReport, payload_schema
 from ingest.errors import IngestError
 from ingest.kafka import checkpoint as spark_checkpoint

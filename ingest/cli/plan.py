@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import textwrap
 
-from ingest.batch import ledger
+from ingest.batch.commit import ledger
 from ingest.batch.merge_condition import merge_condition, upsert_condition
 from ingest.cli.options import load_one, settings_of
 from ingest.cli.output import OK, to_json

@@ -45,7 +45,7 @@ def run(args) -> int:
     pipelines = [one.pipeline for one in loaded]
     # cli.main masks what a start-time error says with these
     args.secrets = frozenset().union(*(p.secret_values for p in pipelines))
-    from ingest.batch import faults
+    from ingest.batch.commit import faults
 
     if faults.warning():
         print(f"{'!' * 78}\nWARNING: {faults.warning()}\n{'!' * 78}", file=sys.stderr, flush=True)

@@ -1,7 +1,7 @@
 """Table maintenance of a pipeline's target and dead letters: compaction and VACUUM.
 
 Safe while the pipeline runs: OPTIMIZE only rewrites files (a running MERGE that
-loses the conflict check retries, see `batch.conflicts`, and so does OPTIMIZE
+loses the conflict check retries, see `batch.commit.conflicts`, and so does OPTIMIZE
 here), and VACUUM never deletes a file younger than the longest of the
 pipeline's `maintenance.vacuum_retain` and the table's own
 `delta.deletedFileRetentionDuration`, so time travel a user asked for, and a
@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ingest.batch.conflicts import retry_conflicts
+from ingest.batch.commit.conflicts import retry_conflicts
 from ingest.batch.merge_changes import delete_log, purge_delete_log
 from ingest.batch.uid import UID
 from ingest.kafka import admin as kafka_admin

@@ -7,7 +7,7 @@ import os
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
-from ingest.batch import faults
+from ingest.batch.commit import faults
 from ingest.batch.processor import BatchProcessor, BatchReport, payload_schema
 from ingest.batch.routing import TopicRouter
 from ingest.kafka.source import read_stream

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ingest.batch import ledger
+from ingest.batch.commit import ledger
 from ingest.batch.lost_ranges import Gap
 from ingest.errors import IngestError
 from ingest.kafka import admin as kafka_admin

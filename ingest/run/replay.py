@@ -27,7 +27,7 @@ from typing import Callable
 
 from pyspark.sql import functions as F
 
-from ingest.batch import ledger
+from ingest.batch.commit import ledger
 from ingest.batch.processor import BatchProcessor, BatchReport, payload_schema
 from ingest.errors import IngestError
 from ingest.kafka import admin as kafka_admin

@@ -45,7 +45,7 @@ class IngestProcess:
         env.pop("INGEST_FAULT", None)
         if fault:
             env["INGEST_FAULT"] = fault
-            env["INGEST_FAULT_CONFIRM"] = "crash"  # armed on purpose (ingest.batch.faults)
+            env["INGEST_FAULT_CONFIRM"] = "crash"  # armed on purpose (ingest.batch.commit.faults)
         files = [str(f) for f in (pipeline_file if isinstance(pipeline_file, list) else [pipeline_file])]
         command = [sys.executable, "-m", "ingest", "run", *files] + (["--once"] if once else []) + list(extra_args)
         self.log = log

@@ -16,7 +16,7 @@ import uuid
 
 from confluent_kafka import Producer
 
-from ingest.batch.faults import BATCH_POINTS
+from ingest.batch.commit.faults import BATCH_POINTS
 from tests.integration.processes import IngestProcess, write_pipeline
 
 FAULT_ROUNDS = 2  # every fault point, twice

@@ -190,7 +190,7 @@ def test_catalog_names_for_target_and_dead_letters(spark, database, sender, kafk
 
 def test_dead_letters_default_to_a_table_beside_a_catalog_target(spark, database, sender, kafka,
                                                                   topic, tmp_path, monkeypatch, capsys):
-    from ingest.batch.ledger import history_entries, recorded_offsets
+    from ingest.batch.commit.ledger import history_entries, recorded_offsets
 
     monkeypatch.setenv("KAFKA_BOOTSTRAP", kafka.bootstrap)
     monkeypatch.setenv("DATA_ROOT", str(tmp_path / "data"))

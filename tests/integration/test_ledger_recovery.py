@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from ingest.batch.faults import BATCH_POINTS
+from ingest.batch.commit.faults import BATCH_POINTS
 from tests.integration.processes import IngestProcess, wait_for, write_pipeline
 
 ORDER = {"order_id": "o", "amount": 1.0, "ts": "2026-11-01T10:00:00"}
@@ -85,7 +85,7 @@ def run_recovering(spark, pipeline):
 
 
 def app_id(spark, pipeline) -> str:
-    from ingest.batch import ledger
+    from ingest.batch.commit import ledger
     from ingest.kafka import checkpoint as spark_checkpoint
 
     return ledger.app_id(pipeline.name, spark_checkpoint.query_id(spark, pipeline.checkpoint))

@@ -14,7 +14,7 @@ from confluent_kafka import Producer
 from delta.tables import DeltaTable
 
 from ingest.audit.per_table import status_per_table, verify_per_table
-from ingest.batch import ledger
+from ingest.batch.commit import ledger
 from ingest.kafka.local_broker import create_topic
 from ingest.run.query import start_query
 from ingest.spec.loader import load_pipeline

@@ -10,7 +10,7 @@ Avro through the registry stand-in for insert_only and cdc. Per cell:
   table per topic, between_tables and after_target_commit: its tables each go
   through the single-table path the one-table cell crashed at every point): the
   point raises in this process (`faults.raising`), which leaves the durable state
-  a SIGKILL leaves there (the argument is in ingest/batch/faults.py; during_merge
+  a SIGKILL leaves there (the argument is in ingest/batch/commit/faults.py; during_merge
   needs a real kill and stays in test_crash_harness.py and test_cdc_crash.py);
 - a run after them: the batch replayed with the checkpoint behind the Delta log;
 - a crash between the two commits (after_target_commit), the checkpoint deleted,
@@ -41,7 +41,7 @@ from delta.tables import DeltaTable
 
 import ingest
 from ingest import cli
-from ingest.batch import faults
+from ingest.batch.commit import faults
 from ingest.kafka.local_broker import create_topic
 from ingest.run.query import start_query
 from ingest.spec import template

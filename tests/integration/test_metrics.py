@@ -8,7 +8,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions
 from confluent_kafka.admin import AdminClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from ingest.batch import ledger
+from ingest.batch.commit import ledger
 from ingest.kafka.local_broker import free_port
 from tests.integration.processes import IngestProcess, wait_for, write_pipeline
 from tests.integration.test_faults import send

@@ -46,7 +46,7 @@ def test_replay_stops_at_the_targets_ledger_and_takes_only_its_own_dead_letters(
     """A crash between the dead-letter commit and the target's leaves the dead-letter ledger a
     batch ahead: replay must end where the target's ledger does (the pipeline has not finished
     that batch). Another pipeline's dead letter at an offset of this topic is not this one's."""
-    from ingest.batch import faults
+    from ingest.batch.commit import faults
     from ingest.run.query import start_query
 
     for i in range(4):

@@ -11,7 +11,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
 from ingest.audit.verify import verify
-from ingest.batch import ledger
+from ingest.batch.commit import ledger
 from ingest.cli import main
 from ingest.kafka import checkpoint as spark_checkpoint
 from ingest.kafka.checkpoint import read_state

@@ -3,7 +3,7 @@
 import json
 import uuid
 
-from ingest.batch import ledger
+from ingest.batch.commit import ledger
 from ingest.batch.processor import BatchProcessor, payload_schema
 from ingest.spec.model import DeadLetter, KafkaSource, Pipeline, Source, Target, Uid
 

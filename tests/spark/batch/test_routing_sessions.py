@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from ingest.batch import ledger
+from ingest.batch.commit import ledger
 from ingest.batch.merge import create_table, merge_batch
 from ingest.batch.routing import _cloner
 from ingest.spec.model import DeadLetter, KafkaSource, Pipeline, Source, Target, Uid

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from pyspark.sql import functions as F
 
-from ingest.batch import ledger
+from ingest.batch.commit import ledger
 from ingest.batch.merge import create_table, merge_batch
 from ingest.spec.model import DeadLetter, KafkaSource, Pipeline, Source, Target, Uid
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from ingest.audit.verify import _starts
-from ingest.batch import ledger
+from ingest.batch.commit import ledger
 from ingest.spec.model import DeadLetter, KafkaSource, Pipeline, Source, Target, Uid
 
 

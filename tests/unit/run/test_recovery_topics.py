@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ingest.batch import ledger
+from ingest.batch.commit import ledger
 from ingest.run import recovery
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import namedtuple
 
-from ingest.batch import ledger
+from ingest.batch.commit import ledger
 from ingest.kafka import checkpoint
 
 Row = namedtuple("Row", "version timestamp operation operationParameters userMetadata")

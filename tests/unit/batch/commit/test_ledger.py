@@ -2,7 +2,7 @@
 
 import json
 
-from ingest.batch.ledger import batch_txn, parse_metadata, recorded_origin
+from ingest.batch.commit.ledger import batch_txn, parse_metadata, recorded_origin
 
 
 def entry(version, end, origin=None):

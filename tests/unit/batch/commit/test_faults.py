@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from ingest.batch import faults
+from ingest.batch.commit import faults
 
-PROBE = "from ingest.batch import faults; print(faults._FAULT); print(faults.warning())"
+PROBE = "from ingest.batch.commit import faults; print(faults._FAULT); print(faults.warning())"
 
 
 def probe(**variables: str) -> list[str]:

@@ -10,7 +10,7 @@ from delta.exceptions import (
     MetadataChangedException,
 )
 
-from ingest.batch.conflicts import PersistentConflict, conflict_of, retry_conflicts
+from ingest.batch.commit.conflicts import PersistentConflict, conflict_of, retry_conflicts
 
 
 class Flaky:

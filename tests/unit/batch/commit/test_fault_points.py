@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ingest.batch import faults, ledger
+from ingest.batch.commit import faults, ledger
 
 
 def test_between_tables_is_a_fault_point():

@@ -1,0 +1,8 @@
+"""A batch's commits: the idempotent txn id and the offsets each commit carries
+(`ledger`), the one place a Delta write conflict is retried (`conflicts`), and the
+test-only crash points between the commits (`faults`).
+
+No Spark at import, and nothing imported here: `plan` reads `ledger.app_id` and
+`run` arms `faults` before any session exists. Imports `batch.staged` and
+`batch.formats` at most inside `batch/`.
+"""
