@@ -72,7 +72,7 @@ _INGEST_FRAME = re.compile(r"[(/]ingest/\w+\.py:")
 
 
 def _short(frame: str) -> str:
-    """'merge_batch (/work/main/ingest/batch/merge.py:85)' -> 'merge.py:85 merge_batch'."""
+    """'merge_batch (/work/main/ingest/batch/merge/upsert.py:85)' -> 'merge.py:85 merge_batch'."""
     name, _, where = frame.partition(" (")
     return f"{where.rsplit('/', 1)[-1].rstrip(')')} {name.split('.<locals>')[0]}"
 

@@ -97,7 +97,7 @@ def append_side(spark, root: Path):
     from pyspark.sql import functions as F
 
     from ingest.batch.formats.decode import decode
-    from ingest.batch.merge import target_rows
+    from ingest.batch.merge.target import target_rows
     from ingest.batch.staged import STAGE
     from ingest.batch.uid import with_uid
     from ingest.spec.model import Uid

@@ -108,7 +108,7 @@ def _as_target(spark, frame):
 
 
 def create_empty(spark, path: str) -> None:
-    from ingest.batch.merge import create_table
+    from ingest.batch.merge.target import create_table
     from ingest.spec.model import Target
 
     create_table(spark, Target(path=path), spark.createDataFrame([], TARGET_SCHEMA))

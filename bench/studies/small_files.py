@@ -25,7 +25,7 @@ from pathlib import Path
 from pyspark.sql import functions as F
 
 from bench import RESULTS
-from ingest.batch.merge import merge_batch
+from ingest.batch.merge.upsert import merge_batch
 from ingest.platform.session import get_session
 from ingest.spec.model import DeadLetter, KafkaSource, Pipeline, Source, Target, Uid
 

@@ -29,8 +29,8 @@ from pyspark.sql import functions as F
 
 from ingest.batch import transform
 from ingest.batch.commit import ledger
-from ingest.batch.dead_letter import FAILURE_STAGES, TOPIC_ID
 from ingest.batch.formats.decode import decode
+from ingest.batch.merge.dead_letters import FAILURE_STAGES, TOPIC_ID
 from ingest.batch.processor import decode_records, payload_schema, staged_records, upsert_order
 from ingest.batch.staged import RAW, REASON, STAGE, TOMBSTONE
 from ingest.batch.uid import UID, with_uid
@@ -141,7 +141,7 @@ def _uid_holders(spark, pipeline: Pipeline, target: DataFrame | None) -> DataFra
     holds the keys a tombstone or a cdc delete removed from the target."""
     if not pipeline.keeps_delete_log:
         return target
-    from ingest.batch.merge_changes import delete_log
+    from ingest.batch.merge.changes import delete_log
 
     log = _read_delta(spark, delete_log(pipeline.target))
     if log is None or target is None:

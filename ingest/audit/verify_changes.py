@@ -35,9 +35,9 @@ from ingest.audit.verify import (
     read_topic,
 )
 from ingest.batch import transform
-from ingest.batch.dead_letter import FAILURE_STAGES
 from ingest.batch.formats.cdc import DELETE, OP, SEQUENCE, decode_envelope
-from ingest.batch.merge_changes import last_changes
+from ingest.batch.merge.changes import last_changes
+from ingest.batch.merge.dead_letters import FAILURE_STAGES
 from ingest.batch.processor import payload_schema, staged_records
 from ingest.batch.staged import RAW, REASON, STAGE
 from ingest.batch.uid import UID

@@ -20,8 +20,8 @@ import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from ingest.batch import dead_letter
 from ingest.batch.commit.ledger import Txn
+from ingest.batch.merge import dead_letters
 from ingest.kafka import admin as kafka_admin
 from ingest.spec import template
 from ingest.spec.model import Pipeline
@@ -73,7 +73,7 @@ def record_lost(spark, pipeline: Pipeline, gaps: list[Gap]) -> None:
                pipeline.name, None, found.replace(tzinfo=None), ids.get(gap.topic))
         table = template.for_topic(pipeline, gap.topic).dead_letter if template.is_per_topic(pipeline) \
             else pipeline.dead_letter
-        dead_letter.write(spark.createDataFrame([row], ROW), table,
+        dead_letters.write(spark.createDataFrame([row], ROW), table,
                           lost_txn(pipeline.name, gap, ids.get(gap.topic)), widen_lost=True)
 
 

@@ -28,12 +28,14 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from ingest.batch import dead_letter, lost_ranges, merge_mode, schema_evolution, transform
+from ingest.batch import lost_ranges, schema_evolution, transform
 from ingest.batch.commit import faults, ledger
 from ingest.batch.commit.conflicts import retry_conflicts
 from ingest.batch.formats.cdc import decode_envelope
 from ingest.batch.formats.decode import decode
-from ingest.batch.merge import MergeResult, target_schema
+from ingest.batch.merge import dead_letters
+from ingest.batch.merge import mode as merge_mode
+from ingest.batch.merge.target import MergeResult, target_schema
 from ingest.batch.staged import KEEP, RAW, REASON, STAGE, TOMBSTONE
 from ingest.batch.uid import UID, mark_one_per_uid, with_uid
 from ingest.kafka import admin as kafka_admin
@@ -62,7 +64,7 @@ class BatchSummary:
 
     @property
     def dead_letters(self) -> int:
-        return sum(self.by_stage.get(s, 0) for s in dead_letter.FAILURE_STAGES)
+        return sum(self.by_stage.get(s, 0) for s in dead_letters.FAILURE_STAGES)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -85,7 +87,7 @@ class BatchReport:
     def line(self) -> str:
         s, m = self.summary, self.merged
         unchanged = unchanged_count(s, m)
-        stages = ", ".join(f"{k} {s.by_stage.get(k, 0)}" for k in dead_letter.FAILURE_STAGES)
+        stages = ", ".join(f"{k} {s.by_stage.get(k, 0)}" for k in dead_letters.FAILURE_STAGES)
         offsets = " ".join(f"{t}/{p}:{s.start_offsets[t][p]}-{end}"
                            for t, parts in sorted(s.end_offsets.items()) for p, end in sorted(parts.items()))
         return (f"{self.pipeline} batch {self.batch_id}: read {s.read}, merged {s.unique} "
@@ -213,8 +215,8 @@ class BatchProcessor:
     def _write_dead_letters(self, staged, summary: BatchSummary, batch_id: int, txn) -> None:
         faults.point("before_dead_letter", batch_id)
         if summary.dead_letters:
-            rows = dead_letter.dead_letters(staged, self.pipeline.name, batch_id, self._topic_ids)
-            retry_conflicts(lambda: dead_letter.write(rows, self.pipeline.dead_letter, txn),
+            rows = dead_letters.dead_letters(staged, self.pipeline.name, batch_id, self._topic_ids)
+            retry_conflicts(lambda: dead_letters.write(rows, self.pipeline.dead_letter, txn),
                             f"{self.pipeline.name} batch {batch_id}: dead letters to "
                             f"{self.pipeline.dead_letter.location}")
         faults.point("after_dead_letter", batch_id)
@@ -403,7 +405,7 @@ def decode_records(raw: DataFrame, pipeline: Pipeline, schema) -> DataFrame:
     decoded = decode(raw, pipeline.source.format, schema)
     if not pipeline.deletes_by_tombstone:
         return decoded
-    from ingest.batch.merge_tombstones import mark
+    from ingest.batch.merge.tombstones import mark
 
     return mark(decoded)
 

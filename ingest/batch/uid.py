@@ -97,7 +97,7 @@ def mark_one_per_uid(staged: DataFrame, mode: str, order_by: str | None) -> Data
     """Adds KEEP, true on the one good row per uid that goes to the MERGE. Deterministic:
     insert_only keeps the first Kafka position, upsert the latest `order_by` (ties: the
     later Kafka timestamp, then the later position), the same rule as
-    `merge_condition.upsert_condition`. A column rather than a filter, so the pass that
+    `merge.condition.upsert_condition`. A column rather than a filter, so the pass that
     counts the batch also counts the records that were not kept (a failed record has
     no uid, so it never shares a window with a good one)."""
     position = [F.col(f"{RAW}.topic"), F.col(f"{RAW}.partition"), F.col(f"{RAW}.offset")]

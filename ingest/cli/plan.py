@@ -11,7 +11,7 @@ from __future__ import annotations
 import textwrap
 
 from ingest.batch.commit import ledger
-from ingest.batch.merge_condition import merge_condition, upsert_condition
+from ingest.batch.merge.condition import merge_condition, upsert_condition
 from ingest.cli.options import load_one, settings_of
 from ingest.cli.output import OK, to_json
 from ingest.errors import IngestError
@@ -205,7 +205,7 @@ def _merge(pipeline: Pipeline) -> str:
     target = pipeline.target
     into = f"delta.`{target.path}`" if target.path else target.table
     if pipeline.applies_deletes:
-        from ingest.batch import merge_mode  # it needs pyspark; plan of other pipelines must not
+        from ingest.batch.merge import mode as merge_mode  # it needs pyspark; plan of other pipelines must not
 
         return "\n".join([f"MERGE WITH SCHEMA EVOLUTION INTO {into} AS t",
                           *merge_mode.merge_text(pipeline, merge_condition(pipeline, None))])

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 
 from ingest.batch.commit.conflicts import retry_conflicts
-from ingest.batch.merge_changes import delete_log, purge_delete_log
+from ingest.batch.merge.changes import delete_log, purge_delete_log
 from ingest.batch.uid import UID
 from ingest.kafka import admin as kafka_admin
 from ingest.platform.delta import delta_table, table_exists

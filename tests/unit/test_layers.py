@@ -90,3 +90,39 @@ def test_a_delta_table_is_opened_by_name_or_path_in_one_module():
         return {node.attr for node in ast.walk(tree)
                 if isinstance(node, ast.Attribute) and node.attr in DELTA_OPENERS}
     assert spelled_in(openers) == {name: ["ingest.platform.delta"] for name in DELTA_OPENERS}
+
+
+# Inside `batch/`, bottom to top: the staged columns, the formats that decode into them,
+# the commits (txn id, conflicts, crash points), the record steps, the MERGE, and the
+# batch itself. A district may import its own tier and the tiers below it.
+BATCH_TIERS = [{"staged"}, {"formats"}, {"commit"}, {"transform", "uid", "schema_evolution"}, {"merge"},
+               {"lost_ranges", "processor", "routing"}]
+
+
+def batch_tier(module: str) -> int:
+    district = module.split(".")[2]
+    return next(n for n, tier in enumerate(BATCH_TIERS) if district in tier)
+
+
+BATCH_MODULES = [(m, p) for m, p in modules() if m.startswith("ingest.batch.")]
+
+
+def test_every_batch_module_has_a_tier():
+    known = set().union(*BATCH_TIERS)
+    assert not [m for m, _ in BATCH_MODULES if m.split(".")[2] not in known]
+
+
+def batch_imports(path: Path) -> list[str]:
+    """The `ingest.batch.<district>` names a module imports, `from ingest.batch import x` included."""
+    found = [name for name in imports_of(path) if name.startswith("ingest.batch.")]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module == "ingest.batch":
+            found += [f"ingest.batch.{alias.name}" for alias in node.names]
+    return found
+
+
+@pytest.mark.parametrize("module,path", BATCH_MODULES, ids=lambda v: str(v) if isinstance(v, str) else "")
+def test_batch_imports_point_down_its_tiers(module, path):
+    own = batch_tier(module)
+    upward = [name for name in batch_imports(path) if batch_tier(name) > own]
+    assert not upward, f"{module} (batch tier {own}) imports from above: {upward}"

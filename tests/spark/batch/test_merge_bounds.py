@@ -2,7 +2,8 @@
 
 from pyspark.sql import functions as F
 
-from ingest.batch.merge import create_table, merge_batch
+from ingest.batch.merge.target import create_table
+from ingest.batch.merge.upsert import merge_batch
 from ingest.spec.model import DeadLetter, KafkaSource, Pipeline, Source, Target, Uid
 from tests.spark.batch.scan_metrics import files_read_since, last_execution_id
 

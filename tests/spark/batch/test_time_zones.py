@@ -5,7 +5,8 @@ from datetime import datetime, timezone
 
 from pyspark.sql import functions as F
 
-from ingest.batch.merge import create_table, merge_batch, target_rows
+from ingest.batch.merge.target import create_table, target_rows
+from ingest.batch.merge.upsert import merge_batch
 from ingest.batch.processor import summarize
 from ingest.batch.staged import RAW, REASON, STAGE
 from ingest.batch.uid import FIELD_SEPARATOR, UID, one_per_uid, with_uid

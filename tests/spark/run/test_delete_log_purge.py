@@ -1,7 +1,7 @@
 """`ingest maintain` purges the hard-delete log: a delete logged longer ago than
 maintenance.delete_log_retain goes, a younger one stays, and the log is vacuumed."""
 
-from ingest.batch.merge_changes import delete_log
+from ingest.batch.merge.changes import delete_log
 from ingest.run.maintenance import maintain
 from ingest.spec.model import Cdc, DeadLetter, KafkaSource, Maintenance, Operations, Pipeline, Source, Target, Uid
 

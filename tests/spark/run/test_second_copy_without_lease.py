@@ -8,7 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pyspark.sql import functions as F
 
 from ingest.batch.commit import ledger
-from ingest.batch.merge import create_table, merge_batch
+from ingest.batch.merge.target import create_table
+from ingest.batch.merge.upsert import merge_batch
 from ingest.spec.model import DeadLetter, KafkaSource, Pipeline, Source, Target, Uid
 
 

@@ -1,6 +1,6 @@
 """The batch line's counts per operation (issue 28.4): never negative, a hard delete is a delete."""
 
-from ingest.batch.merge import MergeResult
+from ingest.batch.merge.target import MergeResult
 from ingest.batch.processor import BatchReport, BatchSummary
 
 

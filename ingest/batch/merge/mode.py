@@ -1,8 +1,8 @@
 """Which MERGE a pipeline's batch takes, and the rows it takes them from.
 
-insert_only and upsert: `merge.merge_batch`. cdc changes: `merge_changes` (soft
-or hard deletes) or, with `target.history`, `merge_history` (SCD type 2).
-Tombstones in an upsert by Kafka key: `merge_tombstones`. Each is one commit into the
+insert_only and upsert: `upsert.merge_batch`. cdc changes: `changes` (soft
+or hard deletes) or, with `target.history`, `history` (SCD type 2).
+Tombstones in an upsert by Kafka key: `tombstones`. Each is one commit into the
 target under the txn id the caller has set.
 """
 
@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame
 
-from ingest.batch import merge_changes, merge_history, merge_tombstones
-from ingest.batch.merge import MergeResult, create_table, merge_batch, target_rows
+from ingest.batch.merge import changes, history, tombstones
+from ingest.batch.merge.target import MergeResult, create_table, target_rows
+from ingest.batch.merge.upsert import merge_batch
 from ingest.batch.staged import KEEP
 from ingest.batch.uid import one_per_uid
 from ingest.platform.delta import table_exists
@@ -27,11 +28,11 @@ def batch_rows(records: DataFrame, pipeline: Pipeline) -> DataFrame:
     with KEEP (`uid.mark_one_per_uid`) are not ranked again."""
     marked = KEEP in records.columns
     if pipeline.target.history:
-        return merge_history.version_rows(records.drop(KEEP), pipeline)
+        return history.version_rows(records.drop(KEEP), pipeline)
     if applies_changes(pipeline):
-        return merge_changes.change_rows(records.drop(KEEP), pipeline)
+        return changes.change_rows(records.drop(KEEP), pipeline)
     if pipeline.deletes_by_tombstone:
-        return merge_tombstones.change_rows(records.drop(KEEP), pipeline)
+        return tombstones.change_rows(records.drop(KEEP), pipeline)
     if marked:
         return target_rows(records.where(records[KEEP]).drop(KEEP))
     return target_rows(one_per_uid(records, pipeline.target.mode, pipeline.target.order_by))
@@ -44,17 +45,17 @@ def create_tables(session, pipeline: Pipeline, rows: DataFrame) -> None:
         create_table(session, pipeline.target, rows)
     if pipeline.keeps_delete_log:
         if pipeline.deletes_by_tombstone:  # a tombstone's order_by is its logged sequence
-            rows = rows.withColumn(merge_changes.SEQUENCE, rows[f"`{pipeline.target.order_by}`"])
-        merge_changes.create_delete_log(session, pipeline, rows)
+            rows = rows.withColumn(changes.SEQUENCE, rows[f"`{pipeline.target.order_by}`"])
+        changes.create_delete_log(session, pipeline, rows)
 
 
 def merge(session, rows: DataFrame, pipeline: Pipeline, bounds: dict[str, str]) -> MergeResult:
     if pipeline.target.history:
-        return merge_history.merge_versions(session, rows, pipeline, bounds)
+        return history.merge_versions(session, rows, pipeline, bounds)
     if applies_changes(pipeline):
-        return merge_changes.merge_changes(session, rows, pipeline, bounds)
+        return changes.merge_changes(session, rows, pipeline, bounds)
     if pipeline.deletes_by_tombstone:
-        return merge_tombstones.merge_tombstones(session, rows, pipeline, bounds)
+        return tombstones.merge_tombstones(session, rows, pipeline, bounds)
     return merge_batch(session, rows, pipeline, bounds)
 
 
@@ -63,11 +64,11 @@ def merge_text(pipeline: Pipeline, condition: str) -> list[str]:
     if pipeline.target.history:
         return ["USING (the batch's versions with the target's versions of its keys, intervals "
                 "recomputed) AS s", f"ON {condition} AND t._valid_from = s._valid_from",
-                *merge_history.clauses()]
+                *history.clauses()]
     if pipeline.deletes_by_tombstone:
-        using, *clauses = merge_tombstones.clauses(pipeline)
+        using, *clauses = tombstones.clauses(pipeline)
         return [using, f"ON {condition}", *clauses]
     using = "USING (the batch, each key's last change by _sequence, partition, offset) AS s"
     if pipeline.target.deletes == "hard":
         using = using[:-6] + ", minus changes older than the delete log's entry for their key) AS s"
-    return [using, f"ON {condition}", *merge_changes.clauses(pipeline.target.deletes == "hard")]
+    return [using, f"ON {condition}", *changes.clauses(pipeline.target.deletes == "hard")]

@@ -28,9 +28,9 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from ingest.batch.formats.cdc import DELETE, OP, SEQUENCE
-from ingest.batch.merge import MergeResult, target_rows
-from ingest.batch.merge_changes import DELETE_LOG_COLUMNS, DELETED, delete_log
-from ingest.batch.merge_condition import merge_condition, sql_string, upsert_condition
+from ingest.batch.merge.changes import DELETE_LOG_COLUMNS, DELETED, delete_log
+from ingest.batch.merge.condition import merge_condition, sql_string, upsert_condition
+from ingest.batch.merge.target import MergeResult, target_rows
 from ingest.batch.staged import RAW, REASON, STAGE, TOMBSTONE
 from ingest.batch.uid import UID
 from ingest.platform.delta import delta_table

@@ -7,59 +7,14 @@ position), so an old record arriving late never overwrites a newer one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from ingest.batch.merge_condition import merge_condition, upsert_condition
-from ingest.batch.staged import RAW, REASON, STAGE
+from ingest.batch.merge.condition import merge_condition, upsert_condition
+from ingest.batch.merge.target import COORDINATE_COLUMNS, MergeResult
 from ingest.batch.uid import UID
-from ingest.platform.delta import builder_location, builder_name, delta_table
-from ingest.spec.model import Pipeline, Target
-
-COORDINATE_COLUMNS = ("_topic", "_partition", "_offset", "_kafka_timestamp", "_ingested_at")
-
-
-@dataclass(frozen=True)
-class MergeResult:
-    inserted: int
-    updated: int
-    deleted: int = 0
-    # Delta skipped the MERGE (no metrics row): the txn version was already committed
-    skipped: bool = False
-
-
-def target_rows(records: DataFrame) -> DataFrame:
-    """`_uid`, the payload columns, then the source coordinates."""
-    payload = [c for c in records.columns if c not in (RAW, STAGE, REASON, UID)]
-    return records.select(
-        UID, *[F.col(f"`{c}`") for c in payload],
-        F.col(f"{RAW}.topic").alias("_topic"),
-        F.col(f"{RAW}.partition").alias("_partition"),
-        F.col(f"{RAW}.offset").alias("_offset"),
-        F.col(f"{RAW}.timestamp").alias("_kafka_timestamp"),
-        F.current_timestamp().alias("_ingested_at"),
-    )
-
-
-def target_schema(session, target: Target):
-    return delta_table(session, target).toDF().schema
-
-
-def create_table(session, target: Target, rows: DataFrame) -> None:
-    """Create the target with the batch's columns, if no one has yet."""
-    from delta.tables import DeltaTable
-
-    builder = DeltaTable.createIfNotExists(session)
-    builder = builder.tableName(builder_name(target.table)) if target.table else builder.location(
-        builder_location(target.path))
-    builder = builder.addColumns(rows.schema)
-    if target.partition_by:
-        builder = builder.partitionedBy(*target.partition_by)
-    if target.cluster_by:
-        builder = builder.clusterBy(*target.cluster_by)
-    builder.execute()
+from ingest.platform.delta import delta_table
+from ingest.spec.model import Pipeline
 
 
 def compared_columns(rows: DataFrame, existing: DataFrame) -> tuple[str, ...]:

@@ -27,8 +27,8 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from ingest.batch.formats.cdc import DELETE, OP, SEQUENCE
-from ingest.batch.merge import MergeResult, create_table, target_rows
-from ingest.batch.merge_condition import merge_condition
+from ingest.batch.merge.condition import merge_condition
+from ingest.batch.merge.target import MergeResult, create_table, target_rows
 from ingest.batch.staged import RAW
 from ingest.batch.uid import UID
 from ingest.platform.delta import delta_table, table_exists
