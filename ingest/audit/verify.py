@@ -141,9 +141,9 @@ def _uid_holders(spark, pipeline: Pipeline, target: DataFrame | None) -> DataFra
     holds the keys a tombstone or a cdc delete removed from the target."""
     if not pipeline.keeps_delete_log:
         return target
-    from ingest.batch.merge.changes import delete_log
+    from ingest.batch.merge import delete_log
 
-    log = _read_delta(spark, delete_log(pipeline.target))
+    log = _read_delta(spark, delete_log.location(pipeline.target))
     if log is None or target is None:
         return target if log is None else log.select(UID)
     return target.select(UID).unionByName(log.select(UID))

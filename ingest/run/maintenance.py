@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 
 from ingest.batch.commit.conflicts import retry_conflicts
-from ingest.batch.merge.changes import delete_log, purge_delete_log
+from ingest.batch.merge import delete_log
 from ingest.batch.uid import UID
 from ingest.kafka import admin as kafka_admin
 from ingest.platform.delta import delta_table, table_exists
@@ -58,7 +58,7 @@ def tables(pipeline: Pipeline) -> list[tuple[str, Target]]:
     dead = pipeline.dead_letter
     found = [("target", pipeline.target), ("dead letters", Target(path=dead.path, table=dead.table))]
     if pipeline.keeps_delete_log:
-        found.append((DELETE_LOG, delete_log(pipeline.target)))
+        found.append((DELETE_LOG, delete_log.location(pipeline.target)))
     return found
 
 
@@ -106,7 +106,7 @@ def purge(spark, table: Target, pipeline: Pipeline) -> Maintained:
     """Forget the deletes logged longer ago than maintenance.delete_log_retain."""
     keep = pipeline.operations.maintenance
     before = files(spark, table)
-    purged = retry_conflicts(lambda: purge_delete_log(spark, pipeline, keep.delete_log_retain_seconds),
+    purged = retry_conflicts(lambda: delete_log.purge(spark, pipeline, keep.delete_log_retain_seconds),
                              f"purge of the delete log {table.location}")
     return Maintained(DELETE_LOG, table.location, "purge", before, files(spark, table),
                       f"{purged} deletes logged more than {keep.delete_log_retain} ago forgotten "

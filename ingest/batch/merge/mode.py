@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame
 
-from ingest.batch.merge import changes, history, tombstones
+from ingest.batch.merge import changes, delete_log, history, tombstones
 from ingest.batch.merge.target import MergeResult, create_table, target_rows
 from ingest.batch.merge.upsert import merge_batch
 from ingest.batch.staged import KEEP
@@ -46,7 +46,7 @@ def create_tables(session, pipeline: Pipeline, rows: DataFrame) -> None:
     if pipeline.keeps_delete_log:
         if pipeline.deletes_by_tombstone:  # a tombstone's order_by is its logged sequence
             rows = rows.withColumn(changes.SEQUENCE, rows[f"`{pipeline.target.order_by}`"])
-        changes.create_delete_log(session, pipeline, rows)
+        delete_log.create(session, pipeline, rows)
 
 
 def merge(session, rows: DataFrame, pipeline: Pipeline, bounds: dict[str, str]) -> MergeResult:

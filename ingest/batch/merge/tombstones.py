@@ -27,9 +27,10 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from ingest.batch.formats.cdc import DELETE, OP, SEQUENCE
-from ingest.batch.merge.changes import DELETE_LOG_COLUMNS, DELETED, delete_log
-from ingest.batch.merge.condition import merge_condition, sql_string, upsert_condition
+from ingest.batch.formats.cdc import DELETE, OP
+from ingest.batch.merge import delete_log
+from ingest.batch.merge.changes import DELETED
+from ingest.batch.merge.condition import merge_condition, upsert_condition
 from ingest.batch.merge.target import MergeResult, target_rows
 from ingest.batch.staged import RAW, REASON, STAGE, TOMBSTONE
 from ingest.batch.uid import UID
@@ -102,7 +103,8 @@ def merge_tombstones(session, rows: DataFrame, pipeline: Pipeline, bounds: dict[
     rows = _last_per_key(_after_target_versions(rows, table.toDF(), pipeline, bounds), pipeline)
     later, is_delete = upsert_condition(pipeline), f"s.{OP} = '{DELETE}'"
     if pipeline.target.deletes == "hard":
-        rows = _after_logged_deletes(session, rows, pipeline, bounds)
+        rows = delete_log.after_logged_deletes(session, rows, pipeline.target, bounds,
+                                               pipeline.target.order_by, _TIES)
     builder = table.alias("t").merge(rows.alias("s"), condition).withSchemaEvolution()
     if pipeline.target.deletes == "hard":
         builder = (builder.whenMatchedDelete(condition=f"{is_delete} AND {later}")
@@ -166,35 +168,3 @@ def _after_target_versions(rows: DataFrame, existing: DataFrame, pipeline: Pipel
                 F.col(f"s.{c}")).alias(c)
         return F.col(f"s.`{c}`").alias(c)
     return joined.select(*[column(c) for c in rows.columns])
-
-
-def _after_logged_deletes(session, rows: DataFrame, pipeline: Pipeline,
-                          bounds: dict[str, str]) -> DataFrame:
-    """Log the batch's tombstones (their `order_by` as `_sequence`, null for a key nothing
-    preceded: any version is later), then drop each version that a logged tombstone of its
-    key supersedes. Struct comparison orders a null field first."""
-    order_by = pipeline.target.order_by
-    log = delete_log(pipeline.target)
-    deletes = (rows.where(F.col(OP) == DELETE)
-               .withColumn(SEQUENCE, F.col(f"`{order_by}`")).select(*DELETE_LOG_COLUMNS))
-    log_later = (f"struct(s.{SEQUENCE}, {', '.join('s.' + c for c in _TIES)}) > "
-                 f"struct(t.{SEQUENCE}, {', '.join('t.' + c for c in _TIES)})")
-    (delta_table(session, log).alias("t").merge(deletes.alias("s"), _uid_condition(bounds))
-     .whenMatchedUpdateAll(condition=log_later).whenNotMatchedInsertAll().execute())
-    logged = delta_table(session, log).toDF()
-    if "uid_min" in bounds:
-        logged = logged.where(F.col(UID).between(bounds["uid_min"], bounds["uid_max"]))
-    logged = logged.select(UID, SEQUENCE, *_TIES)
-    joined = rows.alias("s").join(logged.alias("l"), F.col(f"s.{UID}") == F.col(f"l.{UID}"), "left")
-    newer = (F.struct(F.col(f"s.`{order_by}`").alias("o"), *[F.col(f"s.{c}").alias(c) for c in _TIES])
-             > F.struct(F.col(f"l.{SEQUENCE}").alias("o"), *[F.col(f"l.{c}").alias(c) for c in _TIES]))
-    keep = (F.col(f"s.{OP}") == DELETE) | F.col(f"l.{UID}").isNull() | newer
-    return joined.where(keep).select(*[F.col(f"s.`{c}`").alias(c) for c in rows.columns])
-
-
-def _uid_condition(bounds: dict[str, str]) -> str:
-    """The log has no payload columns: only the uid bounds apply to it."""
-    parts = ["t._uid = s._uid"]
-    if "uid_min" in bounds:
-        parts.append(f"t._uid BETWEEN {sql_string(bounds['uid_min'])} AND {sql_string(bounds['uid_max'])}")
-    return " AND ".join(parts)

@@ -1,7 +1,7 @@
 """`ingest maintain` purges the hard-delete log: a delete logged longer ago than
 maintenance.delete_log_retain goes, a younger one stays, and the log is vacuumed."""
 
-from ingest.batch.merge.changes import delete_log
+from ingest.batch.merge import delete_log
 from ingest.run.maintenance import maintain
 from ingest.spec.model import Cdc, DeadLetter, KafkaSource, Maintenance, Operations, Pipeline, Source, Target, Uid
 
@@ -16,7 +16,7 @@ def hard_deletes(root, retain="3 days", retain_seconds=3 * 24 * 3600):
 
 def test_maintain_purges_deletes_older_than_the_retention(spark, tmp_path):
     pipeline = hard_deletes(tmp_path)
-    log = delete_log(pipeline.target).path
+    log = delete_log.location(pipeline.target).path
     spark.sql("SELECT CAST(id AS STRING) AS _uid, id * 10 AS _sequence, 't' AS _topic, 0 AS _partition, "
               "id AS _offset, current_timestamp() AS _kafka_timestamp, "
               "current_timestamp() - make_dt_interval(CAST(id AS INT), 12) AS _ingested_at "
