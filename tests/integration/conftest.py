@@ -108,6 +108,37 @@ def run_once(spark, pipeline, timeout: float = 240, **kwargs):
     return reports
 
 
+def run_recovering(spark, pipeline, timeout: float = 240):
+    """What `ingest run --once` does before its query: the start plan from the
+    checkpoint or the target's ledger, then the query from there."""
+    from ingest.run import recovery
+
+    plan = recovery.plan_start(spark, pipeline, recovery.fetch_watermarks(pipeline))
+    return plan, run_once(spark, pipeline, timeout=timeout, starting_offsets=plan.starting_offsets)
+
+
+def crash_at(spark, pipeline, point: str) -> None:
+    """A run (started as `ingest run` starts it) whose first batch fails at `point`, as a
+    SIGKILL there would stop it: the point raises in this process (ingest/batch/commit/faults.py
+    says why the durable state is the kill's). Needs INGEST_FAULT_CONFIRM=crash."""
+    from ingest.batch.commit import faults
+    from ingest.run import recovery
+    from ingest.run.query import start_query
+
+    plan = recovery.plan_start(spark, pipeline, recovery.fetch_watermarks(pipeline))
+    query, _ = start_query(spark, pipeline, once=True, starting_offsets=plan.starting_offsets)
+    try:
+        with faults.raising(point):
+            try:
+                query.awaitTermination(600)
+            except Exception as error:  # Spark's StreamingQueryException around the Python raise
+                assert "InjectedFault" in str(error), f"{point}: the run failed otherwise: {error}"
+                return
+    finally:
+        query.stop()
+    raise AssertionError(f"{point}: the run finished without reaching the fault point")
+
+
 def table(spark, path):
     return spark.read.format("delta").load(path)
 

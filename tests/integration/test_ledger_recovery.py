@@ -1,6 +1,8 @@
 """The target's ledger as the recovery point: double faults (a crash, then a lost
 checkpoint), batches that write nothing, skipped batches, rewritten history and a
-recreated topic, each with `ingest run` as a real process."""
+recreated topic. A crash during the MERGE is a real SIGKILL of `ingest run`; the
+other points raise in this process (as test_matrix.py does), and every run starts
+as `ingest run` starts it, from the checkpoint or the target's ledger."""
 
 from __future__ import annotations
 
@@ -8,7 +10,10 @@ import shutil
 
 import pytest
 
+from ingest.batch.commit import faults
 from ingest.batch.commit.faults import BATCH_POINTS
+from ingest.spec.loader import load_pipeline
+from tests.integration.conftest import crash_at, run_recovering
 from tests.integration.processes import IngestProcess, wait_for, write_pipeline
 
 ORDER = {"order_id": "o", "amount": 1.0, "ts": "2026-11-01T10:00:00"}
@@ -28,12 +33,6 @@ def run(pipeline_file, kafka, log, **kwargs) -> IngestProcess:
     return process
 
 
-def run_to_end(pipeline_file, kafka, log) -> str:
-    process = run(pipeline_file, kafka, log)
-    assert process.process.returncode == 0, process.output()[-3000:]
-    return process.output()
-
-
 def target_uids(spark, folder, name="crashy") -> list[str]:
     return [r._uid for r in spark.read.format("delta").load(str(folder / "tables" / name)).collect()]
 
@@ -45,24 +44,31 @@ def dead_letter_coordinates(spark, folder, name="crashy") -> list[tuple]:
 
 @pytest.mark.parametrize("point,earlier_batch", [(p, False) for p in BATCH_POINTS] + [("after_dead_letter", True)])
 def test_a_crash_then_a_lost_checkpoint_loses_and_duplicates_nothing(spark, kafka, topic, sender, tmp_path,
-                                                                     point, earlier_batch):
+                                                                     monkeypatch, point, earlier_batch):
     """Issue 13 case 1: the dead letters commit before the target; killed between (or
     around) the two, with the checkpoint then deleted, the next run must complete the
     batch in the target and write no dead letter twice."""
     pipeline_file = write_pipeline(tmp_path, topic)
+    pipeline = load_pipeline(pipeline_file, environ={"KAFKA_BOOTSTRAP": kafka.bootstrap})
     expected = []
     if earlier_batch:  # the target already has a ledger when the crash comes
         send_batch(sender, [f"a{i}" for i in range(10)], ["bad-a"])
-        run_to_end(pipeline_file, kafka, tmp_path / "first.log")
+        run_recovering(spark, pipeline)
         expected += [f"a{i}" for i in range(10)]
     send_batch(sender, [f"b{i}" for i in range(20)], ["bad-b1", "bad-b2"])
     send_batch(sender, [f"c{i}" for i in range(5)], ["bad-c"], partition=1)
     expected += [f"b{i}" for i in range(20)] + [f"c{i}" for i in range(5)]
 
-    crashed = run(pipeline_file, kafka, tmp_path / "crash.log", fault=point)
-    assert crashed.process.returncode == -9, crashed.output()[-3000:]
+    if point == "during_merge":  # a MERGE's files half written: only a real kill leaves that
+        crashed = run(pipeline_file, kafka, tmp_path / "crash.log", fault=point)
+        assert crashed.process.returncode == -9, crashed.output()[-3000:]
+    else:  # the other points in this process, as test_matrix.py crashes them
+        monkeypatch.setenv(faults.CONFIRM_VARIABLE, faults.CONFIRM_VALUE)
+        crash_at(spark, pipeline, point)
     shutil.rmtree(tmp_path / "checkpoints")
-    run_to_end(pipeline_file, kafka, tmp_path / "after.log")
+    plan, _ = run_recovering(spark, pipeline)
+    if earlier_batch or point == "after_target_commit":  # else the target has no ledger: the topic's start
+        assert plan.starting_offsets, "the run did not start from the offsets in the target's ledger"
 
     uids = target_uids(spark, tmp_path)
     assert len(uids) == len(set(uids)), "duplicates in the target"
@@ -72,16 +78,6 @@ def test_a_crash_then_a_lost_checkpoint_loses_and_duplicates_nothing(spark, kafk
 
 
 # --- in the test's own Spark session: the supervisor's start, then the query ------------
-
-
-def run_recovering(spark, pipeline):
-    """What `ingest run --once` does before its query: the start plan from the
-    checkpoint or the target's ledger, then the query from there."""
-    from ingest.run import recovery
-    from tests.integration.conftest import run_once
-
-    plan = recovery.plan_start(spark, pipeline, recovery.fetch_watermarks(pipeline))
-    return plan, run_once(spark, pipeline, starting_offsets=plan.starting_offsets)
 
 
 def app_id(spark, pipeline) -> str:

@@ -43,10 +43,9 @@ import ingest
 from ingest import cli
 from ingest.batch.commit import faults
 from ingest.kafka.local_broker import create_topic
-from ingest.run.query import start_query
 from ingest.spec import template
 from ingest.spec.loader import load_pipeline
-from tests.integration.conftest import REGISTRY_PASSWORD, REGISTRY_USER, run_once, table
+from tests.integration.conftest import REGISTRY_PASSWORD, REGISTRY_USER, crash_at, run_recovering, table
 
 BAD = "bad"  # a payload that does not decode: malformed JSON, or Avro under an unknown schema id
 JSON_BAD, AVRO_BAD = b'{"oops', b"\x00\x00\x00\x00\x63junk"
@@ -379,21 +378,6 @@ def produce(kafka, cell: Cell, phase_of: dict[str, list[Record]]) -> None:
     assert producer.flush(30) == 0
 
 
-def crash(spark, pipeline, point: str) -> None:
-    """A run whose first batch fails at `point`, as a SIGKILL there would stop it."""
-    query, _ = start_query(spark, pipeline, once=True)
-    try:
-        with faults.raising(point):
-            try:
-                query.awaitTermination(600)
-            except Exception as error:  # Spark's StreamingQueryException around the Python raise
-                assert "InjectedFault" in str(error), f"{point}: the run failed otherwise: {error}"
-                return
-    finally:
-        query.stop()
-    raise AssertionError(f"{point}: the run finished without reaching the fault point")
-
-
 def verify_both(spark, cell: Cell, capsys) -> tuple[int, str, bool]:
     """`ingest verify` (the command, in this process) and `ingest.verify`."""
     capsys.readouterr()
@@ -444,7 +428,7 @@ def test_every_kind_is_exact_through_crashes_a_lost_checkpoint_and_a_replay(
         produce(kafka, cell, {topic: phases[topic][n] for topic in topics})
 
     phase(0)
-    run_once(spark, pipeline, timeout=600)  # batch 0: the tables exist
+    run_recovering(spark, pipeline, timeout=600)  # batch 0: the tables exist
     phase(1)
     # Each at batch 1, the state each leaves the next run's to repair. A table per topic runs
     # every table through the single-table path (a processor per table), so its cell adds the
@@ -452,13 +436,14 @@ def test_every_kind_is_exact_through_crashes_a_lost_checkpoint_and_a_replay(
     points = ("between_tables", "after_target_commit") if per_topic else (
         "before_dead_letter", "after_dead_letter", "after_target_commit")
     for point in points:
-        crash(spark, pipeline, point)
-    run_once(spark, pipeline, timeout=600)  # batch 1 again, the checkpoint behind the Delta log
+        crash_at(spark, pipeline, point)
+    run_recovering(spark, pipeline, timeout=600)  # batch 1 again, the checkpoint behind the Delta log
     phase(2)
-    crash(spark, pipeline, "after_target_commit")
+    crash_at(spark, pipeline, "after_target_commit")
     shutil.rmtree(pipeline.checkpoint)  # lost after a crash between the two commits
     phase(3)
-    run_once(spark, pipeline, timeout=600)  # recovery from the Delta logs
+    plan, _ = run_recovering(spark, pipeline, timeout=600)
+    assert plan.starting_offsets, "the run did not start from the offsets in the Delta logs"
 
     tables = cell.tables(kafka)
     for topic in topics:
