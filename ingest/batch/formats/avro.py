@@ -40,6 +40,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from ingest.batch.formats import wire
 from ingest.batch.staged import NOT_FRAMED, NULL_VALUE, unknown_schema
 from ingest.errors import IngestError
 
@@ -135,16 +136,6 @@ def _nullable(schema: Any) -> bool:
 
 # --- reading records -----------------------------------------------------------
 
-CONFLUENT_MAGIC = 0
-
-
-def frame_id(value: bytes | None) -> int | None:
-    """The schema id of a record in the Confluent wire format, or None if not framed."""
-    if value is None or len(value) < 5 or value[0] != CONFLUENT_MAGIC:
-        return None
-    return struct.unpack(">I", value[1:5])[0]
-
-
 class Reader:
     """Reads payloads with their writer schema resolved to the reader schema.
 
@@ -168,13 +159,13 @@ class Reader:
             return None, NULL_VALUE
         if not self.framed:
             return self._read(schemaless_reader, value, self.reader, "the schema_file's schema")
-        schema_id = frame_id(value)
+        schema_id = wire.frame_id(value)
         if schema_id is None:
             return None, NOT_FRAMED
         writer = self._writer(schema_id)
         if writer is None:
             return None, unknown_schema(schema_id)
-        return self._read(schemaless_reader, value[5:], writer, f"schema id {schema_id}")
+        return self._read(schemaless_reader, value[wire.HEADER:], writer, f"schema id {schema_id}")
 
     def _read(self, schemaless_reader, payload: bytes, writer: dict, which: str):
         data = io.BytesIO(payload)

@@ -16,7 +16,6 @@ Schemas travel as serialized FileDescriptorProtos: the registry's
 from __future__ import annotations
 
 import base64
-import struct
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -37,6 +36,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from ingest.batch.formats import wire
 from ingest.batch.staged import NOT_FRAMED, NULL_VALUE, unknown_schema
 from ingest.errors import IngestError
 
@@ -236,33 +236,6 @@ def _single_converter(field) -> Callable[[Any], Any]:
 # --- reading records ------------------------------------------------------------------
 
 
-def read_indexes(value: bytes, position: int) -> tuple[list[int], int]:
-    """The message indexes after the 5-byte frame, and where the message starts."""
-    count, position = _zigzag_varint(value, position)
-    if count == 0:
-        return [0], position
-    if not 0 < count <= 100:
-        raise ValueError(f"{count} message indexes")
-    indexes = []
-    for _ in range(count):
-        index, position = _zigzag_varint(value, position)
-        indexes.append(index)
-    return indexes, position
-
-
-def _zigzag_varint(value: bytes, position: int) -> tuple[int, int]:
-    result, shift = 0, 0
-    while True:
-        if position >= len(value):
-            raise ValueError("truncated message indexes")
-        byte = value[position]
-        position += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return (result >> 1) ^ -(result & 1), position
-        shift += 7
-
-
 class Reader:
     """Reads framed records (or plain ones, `framed=False`) with the reader message.
 
@@ -283,14 +256,14 @@ class Reader:
             return None, NULL_VALUE
         if not self.framed:
             return self._parse(value, "the schema_file's message")
-        if len(value) < 6 or value[0] != 0:
+        schema_id = wire.frame_id(value, payload_at_least=1)
+        if schema_id is None:
             return None, NOT_FRAMED
-        schema_id = struct.unpack(">I", value[1:5])[0]
         writer = self.writers.get(schema_id)
         if writer is None:
             return None, unknown_schema(schema_id)
         try:
-            indexes, start = read_indexes(value, 5)
+            indexes, start = wire.read_indexes(value)
             name = message_name(writer, indexes)
         except (ValueError, IndexError) as error:
             return None, f"does not decode with schema id {schema_id}: {error}"

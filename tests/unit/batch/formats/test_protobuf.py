@@ -11,7 +11,6 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from ingest.batch.formats import protobuf
 from ingest.batch.formats.registry import RegistryClient
 from ingest.batch.formats.schemas import SchemaDecoder, proto_schema
 from ingest.spec.model import KafkaSource, Registry, Source
@@ -90,11 +89,6 @@ def test_truncated_and_unknown_id_records_name_the_schema_id(decoder):
     unknown = b"\x00" + struct.pack(">I", 777) + records["v2"][5:]
     assert opened.reader_factory()().read(unknown) == (
         None, "unknown schema id 777: the registry has no such schema")
-
-
-def test_message_indexes_of_nested_and_later_messages():
-    assert protobuf.read_indexes(b"\x00rest", 0) == ([0], 1)
-    assert protobuf.read_indexes(bytes([4, 2, 6]), 0) == ([1, 3], 3)  # zigzag: 4->2, 2->1, 6->3
 
 
 def test_referenced_files_come_first(stand_in):
