@@ -15,6 +15,7 @@ from ingest.batch.commit import ledger
 from ingest.errors import IngestError
 from ingest.kafka import admin as kafka_admin
 from ingest.kafka.checkpoint import CheckpointState, read_state
+from ingest.kafka.offsets import Offsets
 from ingest.platform.delta import at_location, table_exists
 from ingest.spec.model import Pipeline
 
@@ -76,7 +77,7 @@ class StatusReport:
 class _Ledger:
     """What the target's Delta log says: recorded offsets and the latest commit of ours."""
 
-    offsets: dict[str, dict[int, int]]
+    offsets: Offsets
     latest: tuple | None  # (history row, ledger entry)
 
 

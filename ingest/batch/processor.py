@@ -40,6 +40,7 @@ from ingest.batch.staged import KEEP, RAW, REASON, STAGE, TOMBSTONE
 from ingest.batch.uid import UID, mark_one_per_uid, with_uid
 from ingest.kafka import admin as kafka_admin
 from ingest.kafka import checkpoint as spark_checkpoint
+from ingest.kafka.offsets import Offsets
 from ingest.platform.delta import table_exists
 from ingest.spec.model import Pipeline
 
@@ -58,8 +59,8 @@ class BatchSummary:
     read: int
     unique: int  # distinct uids among the records that reach the MERGE
     by_stage: dict[str, int]
-    start_offsets: dict[str, dict[int, int]]
-    end_offsets: dict[str, dict[int, int]]  # next offset to read, per partition
+    start_offsets: Offsets
+    end_offsets: Offsets  # next offset to read, per partition
     bounds: dict[str, str]
 
     @property

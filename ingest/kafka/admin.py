@@ -24,6 +24,7 @@ import uuid
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from ingest.errors import IngestError
+from ingest.kafka.offsets import Offsets
 from ingest.spec.model import KafkaSource
 
 _JAAS_FIELD = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
@@ -192,8 +193,8 @@ def _unreachable(kafka: KafkaSource, errors: list, error: Exception) -> str:
     return f"Kafka at {kafka.bootstrap_servers} did not answer: {reasons}"
 
 
-def record_timestamps(kafka: KafkaSource, positions: dict[str, dict[int, int]],
-                      timeout: float = 5) -> dict[str, dict[int, int]]:
+def record_timestamps(kafka: KafkaSource, positions: Offsets,
+                      timeout: float = 5) -> Offsets:
     """The timestamp (ms) of the record at each given offset, as a read_committed
     reader sees it: what "lag in seconds" is measured from. A partition with no
     record there yet is left out."""
@@ -202,7 +203,7 @@ def record_timestamps(kafka: KafkaSource, positions: dict[str, dict[int, int]],
         return {}
     errors: list = []
     consumer = _consumer(kafka, errors, **{"enable.partition.eof": True})
-    found: dict[str, dict[int, int]] = {}
+    found: Offsets = {}
     try:
         consumer.assign(wanted)
         remaining = {(tp.topic, tp.partition) for tp in wanted}
@@ -224,14 +225,14 @@ def record_timestamps(kafka: KafkaSource, positions: dict[str, dict[int, int]],
 
 
 def offsets_for_time(kafka: KafkaSource, partitions_of: dict[str, list[int]], at_ms: int,
-                     timeout: float = 15) -> dict[str, dict[int, int]]:
+                     timeout: float = 15) -> Offsets:
     """Per partition, the first offset whose record timestamp is at or after `at_ms`;
     a partition with none gets -1 (nothing that late yet)."""
     errors: list = []
     consumer = _consumer(kafka, errors)
     try:
         wanted = [TopicPartition(t, p, at_ms) for t, parts in partitions_of.items() for p in parts]
-        found: dict[str, dict[int, int]] = {}
+        found: Offsets = {}
         for tp in consumer.offsets_for_times(wanted, timeout=timeout):
             found.setdefault(tp.topic, {})[tp.partition] = tp.offset
         return found

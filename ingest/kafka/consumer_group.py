@@ -14,6 +14,7 @@ import logging
 from confluent_kafka import Consumer, TopicPartition
 
 from ingest.kafka.admin import client_config
+from ingest.kafka.offsets import Offsets
 from ingest.spec.model import KafkaSource
 
 _QUIET = logging.getLogger("ingest.kafka.consumer_group.librdkafka")
@@ -29,7 +30,7 @@ class GroupMirror:
         self._consumer = Consumer({**client_config(kafka), "group.id": group,
                                    "enable.auto.commit": False, "logger": _QUIET})
 
-    def commit(self, offsets: dict[str, dict[int, int]]) -> None:
+    def commit(self, offsets: Offsets) -> None:
         """Commit `offsets` (topic -> partition -> next offset to read); waits for the broker."""
         positions = [TopicPartition(t, p, o) for t, parts in sorted(offsets.items())
                      for p, o in sorted(parts.items())]

@@ -16,6 +16,7 @@ from typing import Callable
 
 from ingest.kafka.produce import ProduceError
 from ingest.spec.proto_file import compile_proto
+from ingest.spec.settings import mask_url
 
 
 def avro_encoder(schema_file: str | Path, topic: str, registry_url: str | None,
@@ -78,7 +79,7 @@ def _through_registry(serializer, topic: str, registry_url: str) -> Callable:
             return serializer(value, context)
         except Exception as error:
             if _is_registry_failure(error):
-                raise ProduceError(f"schema registry {_masked(registry_url)}: {error}") from None
+                raise ProduceError(f"schema registry {mask_url(registry_url)}: {error}") from None
             raise
 
     return encode
@@ -104,8 +105,3 @@ def _is_registry_failure(error: Exception) -> bool:
 
     return isinstance(error, SchemaRegistryError) or "connect" in type(error).__name__.lower()
 
-
-def _masked(url: str) -> str:
-    import re
-
-    return re.sub(r"(://[^/@:]*):[^/@]*@", r"\1:***@", url)

@@ -18,6 +18,7 @@ from ingest.batch.processor import BatchReport, unchanged_count
 from ingest.errors import IngestError
 from ingest.kafka import admin as kafka_admin
 from ingest.kafka.consumer_group import GroupMirror
+from ingest.kafka.offsets import Offsets
 from ingest.spec import template
 from ingest.spec.model import Pipeline
 
@@ -66,7 +67,7 @@ class _Families:
 class _Watched:
     pipeline: Pipeline
     families: _Families | None
-    committed: dict[str, dict[int, int]]
+    committed: Offsets
     group: GroupMirror | None = None
     seen: set = field(default_factory=set)  # (topic, partition) series already published
 
@@ -81,7 +82,7 @@ class Metrics:
         self._wake, self._stop = threading.Event(), threading.Event()
         self._thread: threading.Thread | None = None
 
-    def watch(self, pipeline: Pipeline, committed: dict[str, dict[int, int]]) -> None:
+    def watch(self, pipeline: Pipeline, committed: Offsets) -> None:
         """Start serving `pipeline`'s figures; `committed` is where it resumes from."""
         settings = pipeline.operations.metrics
         families = self._endpoint(settings.prometheus_port) if settings.prometheus_port else None

@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from ingest.kafka.offsets import Offsets
+
 # Below this many records behind, a run is not "far behind": no progress shown.
 FAR_BEHIND = 10_000
 
@@ -12,10 +14,10 @@ FAR_BEHIND = 10_000
 @dataclass
 class CatchUp:
     pipeline: str
-    start: dict[str, dict[int, int]]  # position when the run began
-    goal: dict[str, dict[int, int]]  # end offsets when the run began
+    start: Offsets  # position when the run began
+    goal: Offsets  # end offsets when the run began
     began: float = field(default_factory=time.monotonic)
-    reached: dict[str, dict[int, int]] = field(default_factory=dict)
+    reached: Offsets = field(default_factory=dict)
 
     @property
     def total(self) -> int:
@@ -28,7 +30,7 @@ class CatchUp:
     def _from(self, topic: str, partition: int) -> int:
         return max(0, self.start.get(topic, {}).get(partition, 0))
 
-    def advance(self, end_offsets: dict[str, dict[int, int]]) -> None:
+    def advance(self, end_offsets: Offsets) -> None:
         for topic, parts in end_offsets.items():
             known = self.reached.setdefault(topic, {})
             for partition, offset in parts.items():

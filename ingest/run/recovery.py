@@ -18,6 +18,7 @@ from ingest.errors import IngestError
 from ingest.kafka import admin as kafka_admin
 from ingest.kafka import checkpoint as spark_checkpoint
 from ingest.kafka.checkpoint import read_state
+from ingest.kafka.offsets import Offsets
 from ingest.platform.delta import table_exists
 from ingest.spec import template
 from ingest.spec.model import Pipeline, Target
@@ -33,8 +34,8 @@ class RetentionGap(IngestError):
 class StartPlan:
     """`starting_offsets` is None when Spark resumes from its own checkpoint."""
 
-    starting_offsets: dict[str, dict[int, int]] | None
-    resume_from: dict[str, dict[int, int]]  # known positions, for the guard and progress
+    starting_offsets: Offsets | None
+    resume_from: Offsets  # known positions, for the guard and progress
     notes: list[str] = field(default_factory=list)
     gaps: list[Gap] = field(default_factory=list)
 
@@ -240,7 +241,7 @@ def _configured_start(pipeline: Pipeline, topic: str, partition: int) -> int:
     return int(configured.get(topic, {}).get(partition, EARLIEST))
 
 
-def retention_gaps(resume_from: dict[str, dict[int, int]], watermarks) -> list[Gap]:
+def retention_gaps(resume_from: Offsets, watermarks) -> list[Gap]:
     gaps = []
     for topic, parts in sorted(resume_from.items()):
         for partition, offset in sorted(parts.items()):

@@ -92,12 +92,20 @@ def default_secret_reader() -> SecretReader | None:
     return read_secret
 
 
+_URL_PASSWORD = re.compile(r"(://[^/@:]*):[^/@]*@")
+
+
 def mask(text: str, secret_values: Iterable[str]) -> str:
     """`text` with every secret value replaced by ***; longest first, so that a
     secret containing another is not left half shown."""
     for value in sorted({v for v in secret_values if v}, key=len, reverse=True):
         text = text.replace(value, MASK)
     return text
+
+
+def mask_url(url: str) -> str:
+    """The URL without the password of any user:password@ in it."""
+    return _URL_PASSWORD.sub(r"\1:***@", url)
 
 
 def mask_mapping(values: Any) -> Any:

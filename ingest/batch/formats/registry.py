@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import json
-import re
 import ssl
 import urllib.error
 import urllib.parse
@@ -22,6 +21,7 @@ from dataclasses import dataclass
 
 from ingest.errors import IngestError
 from ingest.spec.model import Registry
+from ingest.spec.settings import mask_url
 
 TIMEOUT_S = 10.0
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
@@ -46,16 +46,11 @@ class RegisteredSchema:
     version: int | None = None
 
 
-def masked_url(url: str) -> str:
-    """The URL without the password of any user:password@ in it."""
-    return re.sub(r"(://[^/@:]*):[^/@]*@", r"\1:***@", url)
-
-
 class RegistryClient:
     def __init__(self, registry: Registry, timeout_s: float = TIMEOUT_S):
         self.registry = registry
         self.base = _without_userinfo(registry.url).rstrip("/")
-        self.shown = masked_url(registry.url.rstrip("/"))  # for messages: the user, not the password
+        self.shown = mask_url(registry.url.rstrip("/"))  # for messages: the user, not the password
         self.timeout_s = timeout_s
         self._context = _tls_context(registry) if registry.url.startswith("https") else None
 

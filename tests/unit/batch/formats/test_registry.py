@@ -8,8 +8,9 @@ import socket
 
 import pytest
 
-from ingest.batch.formats.registry import RegistryClient, RegistryUnavailable, SchemaNotFound, masked_url
+from ingest.batch.formats.registry import RegistryClient, RegistryUnavailable, SchemaNotFound
 from ingest.spec.model import Registry
+from ingest.spec.settings import mask_url
 from tests.schema_registry_stand_in import StandInRegistry
 
 SCHEMA = {"type": "record", "name": "R", "fields": [{"name": "id", "type": "string"}]}
@@ -36,7 +37,7 @@ def test_schema_by_id_and_latest_version(stand_in):
 def test_credentials_in_the_url_are_used_and_masked(stand_in):
     url = stand_in.url.replace("http://", "http://svc:pw-42@")
     assert client(stand_in, basic=None, url=url).schema_by_id(1).id == 1
-    assert masked_url(url) == stand_in.url.replace("http://", "http://svc:***@")
+    assert mask_url(url) == stand_in.url.replace("http://", "http://svc:***@")
 
 
 def test_an_unknown_id_is_not_found_not_unavailable(stand_in):
