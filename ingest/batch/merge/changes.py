@@ -21,8 +21,9 @@ from pyspark.sql import functions as F
 
 from ingest.batch.formats.cdc import DELETE, OP, SEQUENCE
 from ingest.batch.merge import delete_log
+from ingest.batch.merge.clauses import When, apply
 from ingest.batch.merge.condition import merge_condition
-from ingest.batch.merge.target import MergeResult, target_rows
+from ingest.batch.merge.target import MergeResult, executed, target_rows
 from ingest.batch.staged import RAW
 from ingest.batch.uid import UID
 from ingest.platform.delta import delta_table
@@ -66,33 +67,18 @@ def merge_changes(session, rows: DataFrame, pipeline: Pipeline, bounds: dict[str
     return _merge(delta_table(session, pipeline.target), rows, condition, hard=False)
 
 
-def clauses(hard: bool) -> list[str]:
-    """The MERGE's WHEN clauses as SQL, for `ingest plan`; `_merge` builds the same."""
+def clauses(hard: bool) -> list[When]:
+    """The MERGE's WHEN clauses, for the run and (as SQL) for `ingest plan`."""
     is_later, is_delete = later("s", "t"), f"s.{OP} = '{DELETE}'"
     if hard:
-        return [f"WHEN MATCHED AND {is_delete} AND {is_later} THEN DELETE",
-                f"WHEN MATCHED AND {is_later} THEN UPDATE SET *",
-                f"WHEN NOT MATCHED AND s.{OP} <> '{DELETE}' THEN INSERT *"]
-    return [f"WHEN MATCHED AND {is_delete} AND {is_later} THEN UPDATE SET "
-            + ", ".join(f"{c} = s.{c}" for c in _DELETE_SET),
-            f"WHEN MATCHED AND {is_later} THEN UPDATE SET *",
-            "WHEN NOT MATCHED THEN INSERT *"]
+        return [When(True, "delete", f"{is_delete} AND {is_later}"),
+                When(True, "update *", is_later),
+                When(False, "insert *", f"s.{OP} <> '{DELETE}'")]
+    return [When(True, "update", f"{is_delete} AND {is_later}", _DELETE_SET),
+            When(True, "update *", is_later),
+            When(False, "insert *")]
 
 
 def _merge(table, rows: DataFrame, condition: str, hard: bool) -> MergeResult:
-    is_later, is_delete = later("s", "t"), f"s.{OP} = '{DELETE}'"
     builder = table.alias("t").merge(rows.alias("s"), condition).withSchemaEvolution()
-    if hard:
-        builder = (builder.whenMatchedDelete(condition=f"{is_delete} AND {is_later}")
-                   .whenMatchedUpdateAll(condition=is_later)
-                   .whenNotMatchedInsertAll(condition=f"s.{OP} <> '{DELETE}'"))
-    else:
-        builder = (builder.whenMatchedUpdate(condition=f"{is_delete} AND {is_later}",
-                                             set={c: f"s.`{c}`" for c in _DELETE_SET})
-                   .whenMatchedUpdateAll(condition=is_later)
-                   .whenNotMatchedInsertAll())
-    metrics = builder.execute().collect()
-    row = metrics[0].asDict() if metrics else {}
-    return MergeResult(inserted=int(row.get("num_inserted_rows") or 0),
-                       updated=int(row.get("num_updated_rows") or 0),
-                       deleted=int(row.get("num_deleted_rows") or 0), skipped=not metrics)
+    return executed(apply(builder, clauses(hard)))

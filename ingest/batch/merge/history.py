@@ -20,8 +20,9 @@ from pyspark.sql import functions as F
 
 from ingest.batch.formats.cdc import DELETE, OP, SEQUENCE
 from ingest.batch.merge.changes import DELETED
+from ingest.batch.merge.clauses import When, apply
 from ingest.batch.merge.condition import merge_condition
-from ingest.batch.merge.target import MergeResult, target_rows
+from ingest.batch.merge.target import MergeResult, executed, target_rows
 from ingest.batch.staged import RAW
 from ingest.batch.uid import UID
 from ingest.platform.delta import delta_table
@@ -53,21 +54,17 @@ CHANGED = (f"NOT (t.{VALID_TO} <=> s.{VALID_TO}) OR t.{CURRENT} <> s.{CURRENT} "
            "OR struct(t._topic, t._partition, t._offset) <> struct(s._topic, s._partition, s._offset)")
 
 
-def clauses() -> list[str]:
-    """The MERGE's WHEN clauses as SQL, for `ingest plan`."""
-    return [f"WHEN MATCHED AND ({CHANGED}) THEN UPDATE SET *", "WHEN NOT MATCHED THEN INSERT *"]
+def clauses() -> list[When]:
+    """The MERGE's WHEN clauses, for the run and (as SQL) for `ingest plan`."""
+    return [When(True, "update *", f"({CHANGED})"), When(False, "insert *")]
 
 
 def merge_versions(session, rows: DataFrame, pipeline: Pipeline, bounds: dict[str, str]) -> MergeResult:
     table = delta_table(session, pipeline.target)
     timeline = _timeline(table.toDF(), rows, bounds)
     condition = f"{merge_condition(pipeline, bounds)} AND t.{VALID_FROM} = s.{VALID_FROM}"
-    metrics = (table.alias("t").merge(timeline.alias("s"), condition).withSchemaEvolution()
-               .whenMatchedUpdateAll(condition=CHANGED)
-               .whenNotMatchedInsertAll().execute().collect())
-    row = metrics[0].asDict() if metrics else {}
-    return MergeResult(inserted=int(row.get("num_inserted_rows") or 0),
-                       updated=int(row.get("num_updated_rows") or 0), skipped=not metrics)
+    builder = table.alias("t").merge(timeline.alias("s"), condition).withSchemaEvolution()
+    return executed(apply(builder, clauses()))
 
 
 def _timeline(target: DataFrame, rows: DataFrame, bounds: dict[str, str]) -> DataFrame:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 
 from ingest.batch.merge import changes, delete_log, history, tombstones
+from ingest.batch.merge.clauses import to_sql
 from ingest.batch.merge.target import MergeResult, create_table, target_rows
 from ingest.batch.merge.upsert import merge_batch
 from ingest.batch.staged import KEEP
@@ -64,11 +65,11 @@ def merge_text(pipeline: Pipeline, condition: str) -> list[str]:
     if pipeline.target.history:
         return ["USING (the batch's versions with the target's versions of its keys, intervals "
                 "recomputed) AS s", f"ON {condition} AND t._valid_from = s._valid_from",
-                *history.clauses()]
+                *to_sql(history.clauses())]
     if pipeline.deletes_by_tombstone:
-        using, *clauses = tombstones.clauses(pipeline)
-        return [using, f"ON {condition}", *clauses]
-    using = "USING (the batch, each key's last change by _sequence, partition, offset) AS s"
-    if pipeline.target.deletes == "hard":
-        using = using[:-6] + ", minus changes older than the delete log's entry for their key) AS s"
-    return [using, f"ON {condition}", *changes.clauses(pipeline.target.deletes == "hard")]
+        return [tombstones.using(pipeline), f"ON {condition}", *to_sql(tombstones.clauses(pipeline))]
+    hard = pipeline.target.deletes == "hard"
+    rows = "the batch, each key's last change by _sequence, partition, offset"
+    if hard:
+        rows += ", minus changes older than the delete log's entry for their key"
+    return [f"USING ({rows}) AS s", f"ON {condition}", *to_sql(changes.clauses(hard))]

@@ -27,6 +27,16 @@ class MergeResult:
     skipped: bool = False
 
 
+def executed(builder) -> MergeResult:
+    """Run a MERGE and read its metrics row (none: Delta skipped it, the txn version
+    was already committed)."""
+    metrics = builder.execute().collect()
+    row = metrics[0].asDict() if metrics else {}
+    return MergeResult(inserted=int(row.get("num_inserted_rows") or 0),
+                       updated=int(row.get("num_updated_rows") or 0),
+                       deleted=int(row.get("num_deleted_rows") or 0), skipped=not metrics)
+
+
 def target_rows(records: DataFrame) -> DataFrame:
     """`_uid`, the payload columns, then the source coordinates."""
     payload = [c for c in records.columns if c not in (RAW, STAGE, REASON, UID)]

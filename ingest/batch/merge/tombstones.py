@@ -30,8 +30,9 @@ from pyspark.sql import functions as F
 from ingest.batch.formats.cdc import DELETE, OP
 from ingest.batch.merge import delete_log
 from ingest.batch.merge.changes import DELETED
+from ingest.batch.merge.clauses import When, apply
 from ingest.batch.merge.condition import merge_condition, upsert_condition
-from ingest.batch.merge.target import MergeResult, target_rows
+from ingest.batch.merge.target import MergeResult, executed, target_rows
 from ingest.batch.staged import RAW, REASON, STAGE, TOMBSTONE
 from ingest.batch.uid import UID
 from ingest.platform.delta import delta_table
@@ -101,22 +102,11 @@ def merge_tombstones(session, rows: DataFrame, pipeline: Pipeline, bounds: dict[
     table = delta_table(session, pipeline.target)
     condition = merge_condition(pipeline, bounds)
     rows = _last_per_key(_after_target_versions(rows, table.toDF(), pipeline, bounds), pipeline)
-    later, is_delete = upsert_condition(pipeline), f"s.{OP} = '{DELETE}'"
     if pipeline.target.deletes == "hard":
         rows = delete_log.after_logged_deletes(session, rows, pipeline.target, bounds,
                                                pipeline.target.order_by, _TIES)
     builder = table.alias("t").merge(rows.alias("s"), condition).withSchemaEvolution()
-    if pipeline.target.deletes == "hard":
-        builder = (builder.whenMatchedDelete(condition=f"{is_delete} AND {later}")
-                   .whenMatchedUpdateAll(condition=later)
-                   .whenNotMatchedInsertAll(condition=f"s.{OP} <> '{DELETE}'"))
-    else:
-        builder = builder.whenMatchedUpdateAll(condition=later).whenNotMatchedInsertAll()
-    metrics = builder.execute().collect()
-    row = metrics[0].asDict() if metrics else {}
-    return MergeResult(inserted=int(row.get("num_inserted_rows") or 0),
-                       updated=int(row.get("num_updated_rows") or 0),
-                       deleted=int(row.get("num_deleted_rows") or 0), skipped=not metrics)
+    return executed(apply(builder, clauses(pipeline)))
 
 
 def _last_per_key(rows: DataFrame, pipeline: Pipeline) -> DataFrame:
@@ -127,17 +117,23 @@ def _last_per_key(rows: DataFrame, pipeline: Pipeline) -> DataFrame:
     return rows.withColumn("__rank", rank).where(F.col("__rank") == 1).drop("__rank")
 
 
-def clauses(pipeline: Pipeline) -> list[str]:
-    """USING and the WHEN clauses as SQL, for `ingest plan`; `merge_tombstones` builds the same."""
-    later, is_delete = upsert_condition(pipeline), f"s.{OP} = '{DELETE}'"
-    using = ("USING (the batch, each key's last version or tombstone by order_by, Kafka timestamp, "
-             "position; a tombstone takes the order_by of the version before it")
+def using(pipeline: Pipeline) -> str:
+    """The MERGE's source, in words for `ingest plan`."""
+    rows = ("the batch, each key's last version or tombstone by order_by, Kafka timestamp, "
+            "position; a tombstone takes the order_by of the version before it")
     if pipeline.target.deletes == "hard":
-        return [using + "; minus versions older than the delete log's entry for their key) AS s",
-                f"WHEN MATCHED AND {is_delete} AND {later} THEN DELETE",
-                f"WHEN MATCHED AND {later} THEN UPDATE SET *",
-                f"WHEN NOT MATCHED AND s.{OP} <> '{DELETE}' THEN INSERT *"]
-    return [using + ") AS s", f"WHEN MATCHED AND {later} THEN UPDATE SET *", "WHEN NOT MATCHED THEN INSERT *"]
+        rows += "; minus versions older than the delete log's entry for their key"
+    return f"USING ({rows}) AS s"
+
+
+def clauses(pipeline: Pipeline) -> list[When]:
+    """The MERGE's WHEN clauses, for the run and (as SQL) for `ingest plan`."""
+    later, is_delete = upsert_condition(pipeline), f"s.{OP} = '{DELETE}'"
+    if pipeline.target.deletes == "hard":
+        return [When(True, "delete", f"{is_delete} AND {later}"),
+                When(True, "update *", later),
+                When(False, "insert *", f"s.{OP} <> '{DELETE}'")]
+    return [When(True, "update *", later), When(False, "insert *")]
 
 
 def _position(alias: str) -> Column:
