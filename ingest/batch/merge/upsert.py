@@ -10,8 +10,9 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from ingest.batch.merge.clauses import When, apply
 from ingest.batch.merge.condition import merge_condition, upsert_condition
-from ingest.batch.merge.target import COORDINATE_COLUMNS, MergeResult
+from ingest.batch.merge.target import COORDINATE_COLUMNS, MergeResult, executed
 from ingest.batch.uid import UID
 from ingest.platform.delta import delta_table
 from ingest.spec.model import Pipeline
@@ -44,16 +45,10 @@ def merge_batch(session, rows: DataFrame, pipeline: Pipeline, bounds: dict[str, 
     target = pipeline.target
     table = delta_table(session, target)
     condition = merge_condition(pipeline, bounds)
+    whens = [When(False, "insert *")]
     if target.mode == "upsert":
         payload = compared_columns(rows, table.toDF())
         rows = changing_rows(rows, table.toDF(), condition, upsert_condition(pipeline, payload))
+        whens.insert(0, When(True, "update *", upsert_condition(pipeline, payload)))
     builder = table.alias("t").merge(rows.alias("s"), condition).withSchemaEvolution()
-    if target.mode == "upsert":
-        builder = builder.whenMatchedUpdateAll(condition=upsert_condition(pipeline, payload))
-    metrics = builder.whenNotMatchedInsertAll().execute().collect()
-    row = metrics[0].asDict() if metrics else {}
-    return MergeResult(
-        inserted=int(row.get("num_inserted_rows") or 0),
-        updated=int(row.get("num_updated_rows") or 0),
-        skipped=not metrics,
-    )
+    return executed(apply(builder, whens))
