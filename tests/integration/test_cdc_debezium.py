@@ -369,3 +369,67 @@ def test_sqlserver_snapshot_changes_resends_and_late_events_land_as_the_source_t
     DeltaTable.forPath(spark, pipeline.target.path).update("id = 1001", {"email": "'x'"})
     report = verify_changes(spark, pipeline)
     assert (report.ok, report.differing) == (False, 1)
+
+
+def avro_schemas() -> dict[str, dict]:
+    """The envelope schemas Debezium's AvroConverter registers (built as the file's header says)."""
+    text = (CORPUS / "postgres-orders-avro.txt").read_text()
+    assert text.startswith("# source: ")
+    return {title: json.loads(schema) for title, schema in
+            (block.split("\n", 1) for block in text.split("\n## ")[1:])}
+
+
+def as_avro_record(envelope: dict, decimals: tuple[str, ...] = ()) -> dict:
+    """A JSON envelope's values as the AvroConverter holds them: a Decimal's base64 as its number."""
+    def row(values: dict | None) -> dict | None:
+        if values is None:
+            return None
+        return {k: from_unscaled(v, 2) if k in decimals and v is not None else v for k, v in values.items()}
+    return {**envelope, "before": row(envelope["before"]), "after": row(envelope["after"])}
+
+
+@pytest.mark.parametrize("table_name", ["orderline", "purchaseorder"])
+def test_postgres_avro_lands_as_the_source_table(spark, kafka, topic, registry, cdc_of, table_name):
+    """Debezium's Avro form: connect.name on plain longs and bytes (MicroTimestamp, Decimal with
+    its scale) decides each column, as in the JSON form."""
+    from tests.integration.test_avro import avro_pipeline, serialized
+
+    prefix = "Received OL" if table_name == "orderline" else "Received PO"
+    lines = logged_changes("postgres-orders.txt", prefix)
+    schema = avro_schemas()[table_name]
+    real = [json.loads(value) for _, value in lines]
+    if table_name == "orderline":
+        # constructed beside the real ones: negative decimals, a large one, a null
+        extra = [change(3, 40_000_000, {"quantity": 1, "totalprice": unscaled(Decimal("-0.01"), 2)}),
+                 change(4, 40_000_001, {"quantity": 1, "totalprice": unscaled(Decimal("-12345678901234567.89"), 2)}),
+                 change(5, 40_000_002, {"quantity": 1, "totalprice": None})]
+        columns, decimals = "id, status, totalprice", ("totalprice",)
+    else:
+        # constructed: an instant before the epoch, and one updated twice, its updates re-sent late
+        extra = [change(2, 40_000_000, {"customerid": 7, "orderdate": -1}),
+                 change(3, 40_000_001, {"customerid": 8, "orderdate": 1_700_000_000_123_456}),
+                 {**change(3, 40_000_003, {"customerid": 8, "orderdate": 1_700_000_060_000_001}), "op": "u"}]
+        columns, decimals = "id, customerid, orderdate", ()
+    for envelope in extra:
+        envelope["source"] = {**real[0]["source"], "lsn": envelope["source"]["lsn"]}
+    events = [*real, *extra]
+    sent = [*events, *events[::-1]]  # each re-sent, the later ones first
+    send(kafka, topic, [(json.dumps({"id": e["after"]["id"]}).encode(),
+                         serialized(registry, topic, schema, as_avro_record(e, decimals))) for e in sent])
+    pipeline = avro_pipeline(cdc_of(None), registry)
+    run_to_end(spark, pipeline, timeout=900)
+
+    source = last_by_lsn([json.dumps(e).encode() for e in events])
+    if table_name == "orderline":
+        expected = [(key, row.get("status"), None if row["totalprice"] is None
+                     else from_unscaled(row["totalprice"], 2)) for key, row in sorted(source.items())]
+        assert [price for _, _, price in expected] == [
+            Decimal("39.98"), Decimal("29.99"), Decimal("-0.01"), Decimal("-12345678901234567.89"), None]
+    else:
+        expected = [(key, row["customerid"], (EPOCH + timedelta(microseconds=row["orderdate"])).replace(tzinfo=None))
+                    for key, row in sorted(source.items())]
+        assert [when for _, _, when in expected] == [
+            datetime(2019, 1, 31, 12, 13, 1), datetime(1969, 12, 31, 23, 59, 59, 999999),
+            datetime(2023, 11, 14, 22, 14, 20, 1)]
+    assert landed(spark, pipeline, columns) == expected
+    assert not Path(pipeline.dead_letter.path).exists()
