@@ -688,16 +688,34 @@ def _cdc(c: Check, raw: Any) -> Cdc | None:
     key = c.texts("cdc.key", c.need(values, "cdc", "key", "a list of the row's key columns, e.g. [id]"),
                   "a list of the row's key columns, e.g. [id]", non_empty=True, unique=True,
                   item="a column name")
-    sequence = c.text("cdc.sequence", values.get("sequence"),
-                      "source.<field>, ts_ms or a row column, e.g. source.lsn")
-    if sequence is not None and sequence.startswith(ENVELOPE_SOURCE_PREFIX) \
-            and not sequence[len(ENVELOPE_SOURCE_PREFIX):]:
-        c.add("bad_value", "cdc.sequence", f"{sequence!r} names no field of source; expected "
-              "source.<field>, e.g. source.lsn")
+    sequence = _cdc_sequence(c, values.get("sequence"))
     encodings = _cdc_encodings(c, values.get("encodings"))
     if c.failed(mark) or not key:
         return None
     return Cdc(tuple(key), fmt, sequence, frozen_map(encodings))
+
+
+SEQUENCE_ITEM = "source.<field>, ts_ms or a row column"
+
+
+def _cdc_sequence(c: Check, raw: Any) -> str | tuple[str, ...] | None:
+    """One item, or a list of them for a composite order (SQL Server's commit_lsn, change_lsn,
+    event_serial_no); a one-item list is that item."""
+    if isinstance(raw, list):
+        items = c.texts("cdc.sequence", raw, f"a list of {SEQUENCE_ITEM}", non_empty=True,
+                        unique=True, item=SEQUENCE_ITEM)
+        paths = [f"cdc.sequence[{n}]" for n in range(len(items or ()))]
+    else:
+        item = c.text("cdc.sequence", raw, f"{SEQUENCE_ITEM} (e.g. source.lsn), or a list of them "
+                      "for a composite order")
+        items, paths = (None, []) if item is None else ([item], ["cdc.sequence"])
+    if not items:
+        return None
+    for path, item in zip(paths, items, strict=True):
+        if item.startswith(ENVELOPE_SOURCE_PREFIX) and not item[len(ENVELOPE_SOURCE_PREFIX):]:
+            c.add("bad_value", path, f"{item!r} names no field of source; expected "
+                  "source.<field>, e.g. source.lsn")
+    return items[0] if len(items) == 1 else tuple(items)
 
 
 def _cdc_encodings(c: Check, raw: Any) -> dict[str, str]:
@@ -908,8 +926,9 @@ def column_references(uid: Uid, target: Target, cdc: Cdc | None = None) -> list[
     """(key path, column) for every column the spec names outside SQL."""
     if cdc is not None:
         refs = [(f"cdc.key[{n}]", name) for n, name in enumerate(cdc.key)]
-        if cdc.sequence and not is_envelope_sequence(cdc.sequence):
-            refs.append(("cdc.sequence", cdc.sequence))
+        listed = isinstance(cdc.sequence, tuple)
+        refs += [(f"cdc.sequence[{n}]" if listed else "cdc.sequence", name)
+                 for n, name in enumerate(cdc.sequence_items) if not is_envelope_sequence(name)]
     else:
         refs = [("uid.field", uid.field)] if uid.field else []
         refs += [(f"uid.fields[{n}]", name) for n, name in enumerate(uid.fields)]
@@ -1033,7 +1052,8 @@ def _kafka_document(kafka: KafkaSource) -> dict:
 def _cdc_document(cdc: Cdc | None) -> dict | None:
     if cdc is None:
         return None
-    return _drop_empty({"format": cdc.format, "key": list(cdc.key), "sequence": cdc.sequence,
+    sequence = list(cdc.sequence) if isinstance(cdc.sequence, tuple) else cdc.sequence
+    return _drop_empty({"format": cdc.format, "key": list(cdc.key), "sequence": sequence,
                         "encodings": dict(cdc.encodings)})
 
 

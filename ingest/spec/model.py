@@ -139,9 +139,16 @@ class Cdc:
 
     key: tuple[str, ...]
     format: str = "debezium"
-    sequence: str | None = None  # None: source.lsn where the record has one, else ts_ms
+    # None: each connector's own position (batch/formats/cdc.py); a tuple: a composite order,
+    # compared item by item
+    sequence: str | tuple[str, ...] | None = None
     # column -> its Debezium encoding where the message does not say it (docs/cdc.md)
     encodings: Mapping[str, str] = field(default_factory=frozen_map)
+
+    @property
+    def sequence_items(self) -> tuple[str, ...]:
+        """What `sequence` names, one item or several; () for the connector's own order."""
+        return (self.sequence,) if isinstance(self.sequence, str) else self.sequence or ()
 
 
 # what `cdc.encodings` accepts: Kafka Connect's and Debezium's logical type names, and the

@@ -433,3 +433,47 @@ def test_postgres_avro_lands_as_the_source_table(spark, kafka, topic, registry, 
             datetime(2023, 11, 14, 22, 14, 20, 1)]
     assert landed(spark, pipeline, columns) == expected
     assert not Path(pipeline.dead_letter.path).exists()
+
+
+def test_sqlserver_composite_sequence_orders_by_commit_change_lsn_and_serial(spark, kafka, topic, cdc_of):
+    """cdc.sequence as a list: SQL Server's (commit_lsn, change_lsn, event_serial_no) compared in
+    turn, LSNs as their fixed-width hex text; a snapshot read has neither change_lsn nor serial
+    (a missing later item sorts first). Two changes at one change_lsn differ by their serial: the
+    higher wins though it arrives first, where the default order would take the later offset."""
+    documented = documented_events("sqlserver-customers.txt")
+    (create, created), (update, _), (delete, _) = (documented[op] for op in ("create", "update", "delete"))
+
+    def at(row: dict, op: str, change_lsn: str | None, commit_lsn: str, serial: int | None) -> bytes:
+        return json.dumps({**created, "op": op, "before": None, "after": row, "source": {
+            **created["source"], "change_lsn": change_lsn, "commit_lsn": commit_lsn,
+            "event_serial_no": serial}}).encode()
+
+    sally = {"id": 1001, "first_name": "Sally", "last_name": "Thomas", "email": "sally.thomas@acme.com"}
+    snapshot = at(sally, "r", None, "00000025:00000d98:00a2", None)
+    first = at({**sally, "email": "first@example.org"}, "u", "00000027:00000e10:0002", "00000027:00000e10:0004", 1)
+    second = at({**sally, "email": "second@example.org"}, "u", "00000027:00000e10:0002", "00000027:00000e10:0004", 2)
+    john, sally_key = b'{"id":1005}', b'{"id":1001}'
+    records = [(sally_key, second), (sally_key, snapshot), (sally_key, first), (john, update), (john, create),
+               (john, delete), (john, None), (john, create)]
+    send(kafka, topic, records)
+    pipeline = cdc_of(CUSTOMERS)
+    order = ("source.commit_lsn", "source.change_lsn", "source.event_serial_no")
+    pipeline = replace(pipeline, cdc=replace(pipeline.cdc, sequence=order))
+    run_to_end(spark, pipeline, timeout=900)
+
+    latest: dict[int, tuple[tuple, dict | None]] = {}
+    for value in (v for _, v in records if v is not None):
+        envelope = json.loads(value)
+        envelope = envelope.get("payload", envelope)
+        key = (envelope["before"] if envelope["op"] == "d" else envelope["after"])["id"]
+        position = sqlserver_position(envelope["source"])
+        if key not in latest or latest[key][0] < position:
+            latest[key] = (position, None if envelope["op"] == "d" else envelope["after"])
+    expected = [(r["id"], r["first_name"], r["last_name"], r["email"]) for _, r in latest.values() if r]
+    assert expected == [(1001, "Sally", "Thomas", "second@example.org")]
+    assert landed(spark, pipeline, "id, first_name, last_name, email") == expected
+    assert not Path(pipeline.dead_letter.path).exists()
+
+    from ingest.audit.verify_changes import verify_changes
+
+    assert verify_changes(spark, pipeline).ok

@@ -160,15 +160,29 @@ def _unwrapped() -> Column:
 
 
 def sequence_column(cdc: Cdc, row: StructType, values: dict[str, Column]) -> Column:
-    """The change's order: an envelope path (integers) or a row column (its own type)."""
-    name = cdc.sequence
-    if name is None:
+    """The change's order: an envelope path (integers) or a row column (its own type); a list
+    of them as a struct, which Spark compares field by field."""
+    if cdc.sequence is None:
         return connector_position()
+    if isinstance(cdc.sequence, str):
+        return _sequence_item(cdc.sequence, values, whole_numbers=True)
+    items = [_sequence_item(name, values, whole_numbers=False) for name in cdc.sequence]
+    # only the first item must be present: SQL Server's snapshot reads have a commit_lsn but
+    # neither change_lsn nor event_serial_no (a null field sorts first)
+    return F.when(items[0].isNotNull(), F.struct(*[item.alias(f"_{n + 1}") for n, item in enumerate(items)]))
+
+
+def _sequence_item(name: str, values: dict[str, Column], whole_numbers: bool) -> Column:
     if name == "ts_ms":
         return F.col("e.ts_ms")
-    if name.startswith("source."):
-        return F.col("e.source")[name[len("source."):]].cast("bigint")
-    return values[name]
+    if not name.startswith("source."):
+        return values[name]
+    text = F.col("e.source")[name[len("source."):]]
+    if whole_numbers:
+        return text.cast("bigint")
+    # in a list, a field that is not a whole number orders as text: SQL Server's LSNs are
+    # fixed-width hex ("00000027:00000758:0003"), so their text order is their log order
+    return F.when(text.isNotNull(), F.struct(text.try_cast("bigint").alias("number"), text.alias("text")))
 
 
 # The default order, by `source.connector`: each connector's own position in its log, packed
@@ -218,6 +232,8 @@ def connector_position() -> Column:
 
 def sequence_name(cdc: Cdc) -> str:
     """How the sequence is named in reasons, docs and `ingest plan`."""
+    if isinstance(cdc.sequence, tuple):
+        return ", then ".join(cdc.sequence) + " (compared in turn; a missing later item first)"
     return cdc.sequence or ("the connector's position by source.connector: " + "; ".join(
         f"{connector} {order}" for connector, order in CONNECTOR_ORDERS.items())
         + "; otherwise source.lsn, else ts_ms")
@@ -250,6 +266,8 @@ def _failure(cdc: Cdc, row: StructType, sequence: Column, unreadable: list,
 
 
 def _null_sequence(cdc: Cdc) -> Column:
+    if isinstance(cdc.sequence, tuple):
+        return F.lit(f"null sequence: {cdc.sequence[0]}, the first item of cdc.sequence, is missing")
     if cdc.sequence is not None:
         return F.lit(f"null sequence: {cdc.sequence} is missing or not a whole number"
                      if _envelope(cdc) else f"null sequence: {cdc.sequence} is null")
@@ -265,4 +283,4 @@ def _null_sequence(cdc: Cdc) -> Column:
 
 
 def _envelope(cdc: Cdc) -> bool:
-    return cdc.sequence is None or cdc.sequence == "ts_ms" or cdc.sequence.startswith("source.")
+    return not isinstance(cdc.sequence, str) or cdc.sequence == "ts_ms" or cdc.sequence.startswith("source.")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from ingest.errors import SpecErrors
@@ -154,3 +156,59 @@ def test_cdc_encodings_name_a_columns_debezium_encoding():
     with pytest.raises(SpecErrors) as error:
         load(CDC.replace("  key: [id]\n", "  key: [id]\n  encodings:\n    shipped: io.debezium.time.Date\n"))
     assert "cdc.encodings.shipped: 'shipped' is not a column of the payload" in str(error.value)
+
+
+SQLSERVER_ORDER = "[source.commit_lsn, source.change_lsn, source.event_serial_no]"
+
+
+def test_a_sequence_list_is_a_composite_order():
+    pipeline = load(CDC.replace("key: [id]", f"key: [id]\n  sequence: {SQLSERVER_ORDER}"))
+    assert pipeline.cdc.sequence == ("source.commit_lsn", "source.change_lsn", "source.event_serial_no")
+    assert load(to_yaml(to_document(pipeline))) == pipeline
+    one = load(CDC.replace("key: [id]", "key: [id]\n  sequence: [source.lsn]"))
+    assert one.cdc.sequence == "source.lsn"  # a one-item list is that item
+    with_column = load(CDC.replace("key: [id]", "key: [id]\n  sequence: [updated_at, source.lsn]"))
+    assert with_column.cdc.sequence_items == ("updated_at", "source.lsn")
+
+
+def test_a_bad_sequence_list_names_the_key():
+    empty = problems(CDC.replace("key: [id]", "key: [id]\n  sequence: []"))
+    assert [p[:3] for p in empty] == [("bad_value", 9, "cdc.sequence")]
+    assert "empty list; expected a list of source.<field>, ts_ms or a row column" in empty[0][3]
+    number = problems(CDC.replace("key: [id]", "key: [id]\n  sequence: [source.lsn, 7]"))
+    assert [p[:3] for p in number] == [("wrong_type", 9, "cdc.sequence[1]")]
+    assert 'found the number 7; expected source.<field>, ts_ms or a row column (write "7" in quotes)' \
+        == number[0][3]
+    found = problems(CDC.replace("key: [id]", "key: [id]\n  sequence: [source.lsn, 'source.', source.lsn]"))
+    assert [p[:3] for p in found] == [("bad_value", 9, "cdc.sequence[1]"), ("bad_value", 9, "cdc.sequence[2]")]
+    column = problems(CDC.replace("key: [id]", "key: [id]\n  sequence: [source.lsn, emial]"))
+    assert column[0][:3] == ("bad_column", 9, "cdc.sequence[1]") and "did you mean 'email'?" in column[0][3]
+    wrong = problems(CDC.replace("key: [id]", "key: [id]\n  sequence: {lsn: 1}"))
+    assert [p[2] for p in wrong] == ["cdc.sequence"]
+    assert "or a list of them for a composite order" in wrong[0][3]
+
+
+def test_validate_exits_2_on_a_sequence_of_the_wrong_type(tmp_path, monkeypatch, capsys):
+    from pathlib import Path
+
+    from ingest.cli import main
+
+    repository = Path(__file__).resolve().parents[3]
+    for folder in ("conf", "pipelines"):
+        shutil.copytree(repository / folder, tmp_path / folder)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KAFKA_BOOTSTRAP", "b:9092")
+    (tmp_path / "pipelines" / "customers_cdc.yaml").write_text(
+        CDC.replace("key: [id]", "key: [id]\n  sequence: 42"))
+    assert main(["validate", "--no-spark", "pipelines/customers_cdc.yaml"]) == 2
+    out = capsys.readouterr().out
+    assert "customers_cdc.yaml:9: cdc.sequence:" in out and "or a list of them" in out
+
+
+def test_plan_names_the_composite_order():
+    from ingest.cli.plan import _target
+
+    pipeline = load(CDC.replace("key: [id]", f"key: [id]\n  sequence: {SQLSERVER_ORDER}"))
+    assert ("each key ends as its last change by source.commit_lsn, then source.change_lsn, then "
+            "source.event_serial_no (compared in turn; a missing later item first) (ties: the later "
+            "partition, then offset)") in _target(pipeline)
