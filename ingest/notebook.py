@@ -16,6 +16,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ingest.platform.delta import is_path
+
 ROOT_VARIABLE = "DATA_ROOT"
 DEFAULT_ROOT = Path(".ingest/data")  # conf/local.yaml's DATA_ROOT, where the demo writes too
 NOTEBOOK_SPARK_CONF = {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"}
@@ -79,16 +81,13 @@ def read_table(spark, location: str, version: int | None = None):
     reader = spark.read.format("delta")
     if version is not None:
         reader = reader.option("versionAsOf", version)
-    return reader.load(location) if _is_path(location) else reader.table(location)
+    return reader.load(location) if is_path(location) else reader.table(location)
 
-
-def _is_path(location: str) -> bool:
-    return "/" in location or ":" in location
 
 
 def history(spark, location: str):
     """DESCRIBE HISTORY of a Delta table by path or catalog name."""
-    name = f"delta.`{location}`" if _is_path(location) else location
+    name = f"delta.`{location}`" if is_path(location) else location
     return spark.sql(f"DESCRIBE HISTORY {name}")
 
 

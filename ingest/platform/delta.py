@@ -50,6 +50,12 @@ def read(session, where: Located):
     return session.read.table(where.table) if where.table else session.read.format("delta").load(where.path)
 
 
+def is_path(location: str) -> bool:
+    """A location a user typed is a path (or URI) when it has a slash or a scheme;
+    else it is a catalog name such as `main.sales.orders`."""
+    return "/" in location or ":" in location
+
+
 def is_uri(location: str) -> bool:
     """A location with a scheme (`s3://`, `abfss://`, `dbfs:`), not a local path."""
     return bool(_URI_SCHEME.match(location))
