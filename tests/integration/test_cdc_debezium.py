@@ -477,3 +477,43 @@ def test_sqlserver_composite_sequence_orders_by_commit_change_lsn_and_serial(spa
     from ingest.audit.verify_changes import verify_changes
 
     assert verify_changes(spark, pipeline).ok
+
+
+def test_mysql_history_by_a_listed_binlog_position(spark, kafka, topic, cdc_of):
+    """A composite cdc.sequence in history mode: _valid_from and _valid_to are structs of the
+    items, and versions chain in (file, pos, row) order whatever order they arrive in."""
+    prefix = "Received message for destination 'wasm.inventory.customers', with id"
+    lines = (CORPUS / "mysql-customers.txt").read_text().splitlines()
+    snapshot, update = (line.split(" and content ", 1)[1].encode() for line in lines[1:]
+                        if line.startswith(prefix))
+    later = json.loads(update)  # constructed: a second update further in the same binlog file
+    later["before"], later["after"] = later["after"], {**later["after"], "first_name": "Sara"}
+    later["source"]["pos"] += 300
+    later = json.dumps(later).encode()
+    send(kafka, topic, [(b'{"id":1004}', snapshot), (b'{"id":1001}', later), (b'{"id":1001}', update),
+                        (b'{"id":1001}', later)])
+    pipeline = cdc_of(CUSTOMERS)
+    pipeline = replace(pipeline, cdc=replace(pipeline.cdc, sequence=("source.file", "source.pos", "source.row")),
+                       target=replace(pipeline.target, history=True))
+    run_to_end(spark, pipeline, timeout=900)
+
+    def position(value: bytes) -> tuple:
+        source = json.loads(value)["source"]
+        return ((None, source["file"]), (source["pos"], str(source["pos"])), (source["row"], str(source["row"])))
+
+    def plain(struct) -> tuple | None:
+        return None if struct is None else tuple(tuple(item) for item in struct)
+
+    found = table(spark, pipeline.target.path).orderBy("id", "_valid_from").collect()
+    assert [(r.id, r.first_name, plain(r._valid_from), plain(r._valid_to), r._current) for r in found] == [
+        (1001, "Sarah", position(update), position(later), False),
+        (1001, "Sara", position(later), None, True),
+        (1004, "Anne", position(snapshot), None, True)]
+
+    from delta.tables import DeltaTable
+
+    from ingest.audit.verify_changes import verify_changes
+
+    assert verify_changes(spark, pipeline).ok
+    DeltaTable.forPath(spark, pipeline.target.path).update("id = 1001 AND _current", {"first_name": "'x'"})
+    assert verify_changes(spark, pipeline).differing == 1
