@@ -28,9 +28,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Union
 
-# The subpackage ingest.run is imported first, so that `ingest.run` is the function
-# below: importing a subpackage later would set the package's attribute `run` to it.
-from ingest import run as _run_subpackage  # noqa: F401, I001  (a docstring only: cheap)
 from ingest.errors import IngestError, RunFailed, SpecErrors
 
 if TYPE_CHECKING:
@@ -39,8 +36,8 @@ if TYPE_CHECKING:
     from ingest.audit.dispatch import AnyReport
     from ingest.audit.status import StatusReport
     from ingest.batch.processor import BatchReport
-    from ingest.run.supervisor import Outcome, Supervisor
     from ingest.spec.model import Pipeline
+    from ingest.stream.supervisor import Outcome, Supervisor
 
 __version__ = "0.1.0"
 __all__ = ["IngestError", "Run", "RunFailed", "SpecErrors", "__version__", "configure_spark",
@@ -77,9 +74,9 @@ def start(spark: SparkSession, path: PathLike | Sequence[PathLike], env: str = "
     `preflight=False` is `ingest run --no-preflight`: no broker check and no retention
     guard from the Python client, for a login only Spark's Java client speaks."""
     from ingest.batch.commit import faults
-    from ingest.run.supervisor import Supervisor
     from ingest.spec.loader import check_unique, read_pipeline
     from ingest.spec.settings import load_settings
+    from ingest.stream.supervisor import Supervisor
 
     settings = load_settings(env, _folder(conf_dir))
     loaded = [read_pipeline(Path(one), settings=settings) for one in _paths(path)]

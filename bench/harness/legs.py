@@ -199,7 +199,7 @@ def merge_bounds(on: bool):
 def run_ingest(spark, pipeline, bounded: bool = True, figures: dict | None = None) -> list:
     """`ingest run --once` in this process: the query, until it has processed what is there.
     `figures`, if given, receives the per-batch times and jobs (`batch_figures`)."""
-    from ingest.run.query import start_query
+    from ingest.stream.query import start_query
 
     reports = []
     jobs = JobCount(spark)

@@ -80,7 +80,7 @@ def pipeline_for(bootstrap: str, topic: str, root: Path, target: str):
 def one_batch(spark, pipeline) -> dict:
     from delta.tables import DeltaTable
 
-    from ingest.run.query import start_query
+    from ingest.stream.query import start_query
 
     reports = []
     query, _ = start_query(spark, pipeline, once=True, on_report=reports.append)

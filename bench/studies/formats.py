@@ -146,7 +146,7 @@ def _produce(kafka, topic: str, items) -> None:
 
 
 def _run(spark, pipeline, expected: int) -> None:
-    from ingest.run.query import start_query
+    from ingest.stream.query import start_query
 
     reports = []
     query, _ = start_query(spark, pipeline, once=True, on_report=reports.append)

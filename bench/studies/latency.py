@@ -49,8 +49,8 @@ def _produce_steadily(client_config: dict, topic: str, stop_after: float) -> int
 def _start(bench, leg: str, topic_name: str, root: Path):
     topic = bench_topic(topic_name)
     if leg == "ingest":
-        from ingest.run.query import start_query
         from ingest.spec.model import Trigger
+        from ingest.stream.query import start_query
 
         pipeline = replace(bench_pipeline(bench.kafka.bootstrap, topic_name, root, None),
                            trigger=Trigger(available_now=False, processing_time=TRIGGER))

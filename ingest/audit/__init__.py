@@ -1,2 +1,2 @@
 """Reading the three witnesses (Kafka, the checkpoint, the Delta log): `status`
-and `verify`. Imports `ingest.run` and below."""
+and `verify`. Imports `ingest.stream` and below."""

@@ -2,7 +2,7 @@
 the dead-letter table (stage `lost`), so every offset is accounted for somewhere.
 
 A range is found either when a run starts (the offsets to resume from are gone:
-`ingest.run.recovery`) or inside a batch, when retention deleted records the
+`ingest.stream.recovery`) or inside a batch, when retention deleted records the
 running query had planned but not yet read (Spark then skips to the earliest
 offset left): `skipped_ranges` compares the batch's planned start with what it
 read and asks the broker only where they differ.

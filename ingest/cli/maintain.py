@@ -30,7 +30,7 @@ def run(args) -> int:
     from dataclasses import asdict
 
     from ingest.platform.session import get_session
-    from ingest.run.maintenance import maintain
+    from ingest.stream.maintenance import maintain
 
     pipeline = load_one(args).pipeline
     both = not (args.optimize or args.vacuum)

@@ -31,7 +31,7 @@ def add(commands, parents) -> None:
 
 def run(args) -> int:
     from ingest.platform.session import get_session
-    from ingest.run.replay import replay, resolve_range
+    from ingest.stream.replay import replay, resolve_range
 
     pipeline = load_one(args).pipeline
     secrets = pipeline.secret_values

@@ -64,7 +64,7 @@ def _supervise(pipelines, once: bool, secrets, preflight: bool = True, fail_fast
     import threading
 
     from ingest.platform.session import SessionStart
-    from ingest.run.supervisor import Supervisor
+    from ingest.stream.supervisor import Supervisor
 
     progress = _ProgressPrinter(secrets)
     supervisor = Supervisor(pipelines, once, on_report=progress.batch, on_note=progress.note,

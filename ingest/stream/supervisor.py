@@ -20,16 +20,16 @@ from ingest.batch.processor import BatchReport
 from ingest.errors import SpecErrors, first_line, first_lines
 from ingest.kafka.checkpoint import read_state
 from ingest.platform.session import on_databricks
-from ingest.run import recovery
-from ingest.run.fencing import Lease
-from ingest.run.log_store import single_driver_warning
-from ingest.run.maintenance import OptimizeSchedule
-from ingest.run.metrics import Metrics
-from ingest.run.progress import CatchUp
-from ingest.run.query import start_query
 from ingest.spec.locations import shared_locations
 from ingest.spec.model import Pipeline
 from ingest.spec.sql_check import check_sql
+from ingest.stream import recovery
+from ingest.stream.lease import Lease
+from ingest.stream.log_store import single_driver_warning
+from ingest.stream.maintenance import OptimizeSchedule
+from ingest.stream.metrics import Metrics
+from ingest.stream.progress import CatchUp
+from ingest.stream.query import start_query
 
 
 @dataclass(frozen=True)

@@ -94,7 +94,7 @@ def pipeline(kafka, topic, tmp_path):
 
 def run_once(spark, pipeline, timeout: float = 240, **kwargs):
     """Process what is in the topic; returns the batch reports."""
-    from ingest.run.query import start_query
+    from ingest.stream.query import start_query
 
     reports = []
     query, _ = start_query(spark, pipeline, once=True, on_report=reports.append, **kwargs)
@@ -111,7 +111,7 @@ def run_once(spark, pipeline, timeout: float = 240, **kwargs):
 def run_recovering(spark, pipeline, timeout: float = 240):
     """What `ingest run --once` does before its query: the start plan from the
     checkpoint or the target's ledger, then the query from there."""
-    from ingest.run import recovery
+    from ingest.stream import recovery
 
     plan = recovery.plan_start(spark, pipeline, recovery.fetch_watermarks(pipeline))
     return plan, run_once(spark, pipeline, timeout=timeout, starting_offsets=plan.starting_offsets)
@@ -122,8 +122,8 @@ def crash_at(spark, pipeline, point: str) -> None:
     SIGKILL there would stop it: the point raises in this process (ingest/batch/commit/faults.py
     says why the durable state is the kill's). Needs INGEST_FAULT_CONFIRM=crash."""
     from ingest.batch.commit import faults
-    from ingest.run import recovery
-    from ingest.run.query import start_query
+    from ingest.stream import recovery
+    from ingest.stream.query import start_query
 
     plan = recovery.plan_start(spark, pipeline, recovery.fetch_watermarks(pipeline))
     query, _ = start_query(spark, pipeline, once=True, starting_offsets=plan.starting_offsets)

@@ -133,7 +133,7 @@ def test_a_registry_that_goes_down_mid_run_fails_the_batch_and_writes_nothing(
         spark, kafka, topic, pipeline):
     """The reader schema was fetched at start; the batch's writer id cannot be: the run
     fails naming the registry, and no record becomes a dead letter."""
-    from ingest.run.query import start_query
+    from ingest.stream.query import start_query
     from tests.integration.conftest import REGISTRY_PASSWORD, REGISTRY_USER, Sender
     from tests.schema_registry_stand_in import StandInRegistry
 

@@ -8,8 +8,8 @@ import threading
 from deltalake import DeltaTable as RustTable
 
 from ingest.cli import main
-from ingest.run.maintenance import compact, vacuum_table
 from ingest.spec.model import Target
+from ingest.stream.maintenance import compact, vacuum_table
 from tests.integration.processes import IngestProcess, wait_for, write_pipeline
 from tests.integration.test_faults import send
 

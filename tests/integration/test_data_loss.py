@@ -9,9 +9,9 @@ from confluent_kafka.admin import AdminClient
 
 from ingest.audit.verify import verify
 from ingest.batch.lost_ranges import Gap, record_lost, skipped_ranges
-from ingest.run.query import start_query
-from ingest.run.supervisor import Supervisor
 from ingest.spec.model import Operations, Trigger
+from ingest.stream.query import start_query
+from ingest.stream.supervisor import Supervisor
 from tests.integration.conftest import run_once
 from tests.integration.processes import wait_for
 from tests.integration.test_faults import send

@@ -199,7 +199,7 @@ def test_a_restored_target_stops_a_run_with_its_checkpoint_and_is_refilled_witho
     """Issue 13 case 3: RESTORE undoes committed batches; the checkpoint is ahead of the table."""
     from delta.tables import DeltaTable
 
-    from ingest.run.recovery import TargetRewritten
+    from ingest.stream.recovery import TargetRewritten
 
     send(sender, [f"a{i}" for i in range(3)])
     run_recovering(spark, pipeline)
@@ -231,7 +231,7 @@ def test_a_recreated_topic_stops_the_run_and_a_reset_reads_the_new_one(spark, ka
     from confluent_kafka.admin import AdminClient
 
     from ingest.kafka.local_broker import create_topic
-    from ingest.run.recovery import TopicRecreated
+    from ingest.stream.recovery import TopicRecreated
 
     send(sender, [f"a{i}" for i in range(6)], ["bad-old"])  # the bad one at offset 6
     run_recovering(spark, pipeline)

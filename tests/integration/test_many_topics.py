@@ -16,9 +16,9 @@ from delta.tables import DeltaTable
 from ingest.audit.per_table import status_per_table, verify_per_table
 from ingest.batch.commit import ledger
 from ingest.kafka.local_broker import create_topic
-from ingest.run.query import start_query
 from ingest.spec.loader import load_pipeline
 from ingest.spec.model import DeadLetter, KafkaSource, Target, Trigger
+from ingest.stream.query import start_query
 from tests.integration.conftest import table
 from tests.integration.processes import ROOT, IngestProcess, wait_for, write_pipeline
 

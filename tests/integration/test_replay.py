@@ -6,8 +6,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from ingest.audit.verify import verify
-from ingest.run.replay import replay, resolve_range
 from ingest.spec.model import Transform
+from ingest.stream.replay import replay, resolve_range
 from tests.integration.conftest import run_once, table
 
 
@@ -47,7 +47,7 @@ def test_replay_stops_at_the_targets_ledger_and_takes_only_its_own_dead_letters(
     batch ahead: replay must end where the target's ledger does (the pipeline has not finished
     that batch). Another pipeline's dead letter at an offset of this topic is not this one's."""
     from ingest.batch.commit import faults
-    from ingest.run.query import start_query
+    from ingest.stream.query import start_query
 
     for i in range(4):
         sender.send({"order_id": f"o{i}", "amount": 1.0, "ts": "2026-11-23T09:00:00"}, uid=f"u{i}")

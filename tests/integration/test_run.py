@@ -149,7 +149,7 @@ def test_upsert_keeps_the_latest_across_out_of_order_batches(spark, sender, pipe
 def test_two_pipelines_in_one_session_do_not_mix_txn_settings(spark, kafka, sender, pipeline, tmp_path):
     from dataclasses import replace
 
-    from ingest.run.query import start_query
+    from ingest.stream.query import start_query
 
     for i in range(20):
         sender.send(order(i), uid=f"u-{i}", partition=i % 2)

@@ -11,11 +11,11 @@ import pytest
 from deltalake import DeltaTable as RustTable
 
 from ingest.errors import SpecErrors
-from ingest.run.fencing import LEASE_FILE
-from ingest.run.recovery import TargetLost, TargetRewritten
-from ingest.run.supervisor import Supervisor
 from ingest.spec.loader import to_document, to_yaml
 from ingest.spec.model import Transform, Uid
+from ingest.stream.lease import LEASE_FILE
+from ingest.stream.recovery import TargetLost, TargetRewritten
+from ingest.stream.supervisor import Supervisor
 from tests.integration.conftest import run_once
 from tests.integration.processes import IngestProcess
 from tests.integration.test_faults import send

@@ -43,7 +43,7 @@ def test_schema_evolution_fail_stops_naming_the_column_and_writes_nothing(
     from delta.tables import DeltaTable
     from pyspark.errors import StreamingQueryException
 
-    from ingest.run.query import start_query
+    from ingest.stream.query import start_query
 
     sender = Sender(kafka, topic)
     sender.send({"order_id": "o1", "customer": "c1", "amount": 1.0}, uid="u-1")

@@ -3,15 +3,8 @@
 from __future__ import annotations
 
 import inspect
-import types
 
 import ingest
-
-
-def test_run_stays_the_function_after_the_run_subpackage_is_used():
-    from ingest.run import supervisor  # noqa: F401  (what ingest.start imports)
-
-    assert isinstance(ingest.run, types.FunctionType)
 
 
 def test_the_contract_names_are_there():

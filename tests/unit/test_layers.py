@@ -8,7 +8,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "ingest"
 # Bottom to top. A module at the top level that is not named here is a face.
-LAYERS = ["errors", "platform", "spec", "kafka", "batch", "run", "audit"]
+LAYERS = ["errors", "platform", "spec", "kafka", "batch", "stream", "audit"]
 FACES = len(LAYERS)
 # Subpackages that are faces: they may import any layer, and no layer imports them.
 FACE_PACKAGES = {"cli"}

@@ -62,7 +62,7 @@ def _topic_id(topic_ids: Mapping[str, str] | None, topic: Column) -> Column:
 def write(rows: DataFrame, table: DeadLetter, txn: Txn, widen_lost: bool = False) -> None:
     """MERGE on the Kafka coordinates and topic id, under the batch's txn id.
 
-    The target's ledger alone says how far the pipeline got (`run.recovery`), so
+    The target's ledger alone says how far the pipeline got (`stream.recovery`), so
     after a crash between this commit and the target's, and a lost checkpoint,
     the batch is read again under a new app id: the txn id cannot skip it here,
     the coordinates do. A record already dead-lettered is never written twice.

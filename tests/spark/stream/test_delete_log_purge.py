@@ -2,8 +2,8 @@
 maintenance.delete_log_retain goes, a younger one stays, and the log is vacuumed."""
 
 from ingest.batch.merge import delete_log
-from ingest.run.maintenance import maintain
 from ingest.spec.model import Cdc, DeadLetter, KafkaSource, Maintenance, Operations, Pipeline, Source, Target, Uid
+from ingest.stream.maintenance import maintain
 
 
 def hard_deletes(root, retain="3 days", retain_seconds=3 * 24 * 3600):

@@ -4,8 +4,8 @@ from dataclasses import replace
 
 import pytest
 
-from ingest.run.log_store import single_driver_warning
 from ingest.spec.model import DeadLetter, Target
+from ingest.stream.log_store import single_driver_warning
 from tests.unit.spec.test_locations import pipeline as make_pipeline
 
 

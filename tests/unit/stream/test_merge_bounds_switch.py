@@ -2,7 +2,7 @@
 
 import pytest
 
-from ingest.run.query import merge_bounds_on
+from ingest.stream.query import merge_bounds_on
 
 
 @pytest.mark.parametrize("value, expected", [

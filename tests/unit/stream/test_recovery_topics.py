@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ingest.batch.commit import ledger
-from ingest.run import recovery
+from ingest.stream import recovery
 
 
 def test_the_newest_entry_naming_a_topic_gives_its_recorded_id():

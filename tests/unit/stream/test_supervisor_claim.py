@@ -3,7 +3,7 @@
 import pytest
 
 from ingest.errors import SpecErrors
-from ingest.run.supervisor import Supervisor
+from ingest.stream.supervisor import Supervisor
 from tests.unit.spec.test_locations import pipeline
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from ingest.run.supervisor import Supervisor, _Running
+from ingest.stream.supervisor import Supervisor, _Running
 from tests.unit.spec.test_locations import pipeline as make_pipeline
 
 
