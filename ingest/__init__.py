@@ -49,9 +49,9 @@ log = logging.getLogger("ingest")
 
 def load(path: PathLike, env: str = "local", conf_dir: PathLike | None = None) -> Pipeline:
     """The pipeline in `path` with `conf/<env>.yaml`'s values; raises SpecErrors."""
-    from ingest.spec.loader import load_pipeline
+    from ingest.spec.loader import load_file
 
-    return load_pipeline(Path(path), env, conf_dir=_folder(conf_dir))
+    return load_file(Path(path), env, conf_dir=_folder(conf_dir)).pipeline
 
 
 def run(spark: SparkSession, path: PathLike | Sequence[PathLike], env: str = "local",
@@ -74,12 +74,12 @@ def start(spark: SparkSession, path: PathLike | Sequence[PathLike], env: str = "
     `preflight=False` is `ingest run --no-preflight`: no broker check and no retention
     guard from the Python client, for a login only Spark's Java client speaks."""
     from ingest.batch.commit import faults
-    from ingest.spec.loader import check_unique, read_pipeline
+    from ingest.spec.loader import check_unique, load_file
     from ingest.spec.settings import load_settings
     from ingest.stream.supervisor import Supervisor
 
     settings = load_settings(env, _folder(conf_dir))
-    loaded = [read_pipeline(Path(one), settings=settings) for one in _paths(path)]
+    loaded = [load_file(Path(one), settings=settings) for one in _paths(path)]
     problems = check_unique(loaded)
     if problems:
         raise SpecErrors(problems)

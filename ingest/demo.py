@@ -209,9 +209,9 @@ def demo_environ(root: Path, bootstrap: str, options: DemoOptions) -> dict[str, 
 
 
 def load_demo_pipeline(pipeline_file: Path, environ: dict[str, str], options: DemoOptions = DemoOptions()):
-    from ingest.spec.loader import load_pipeline
+    from ingest.spec.loader import load_file
 
-    pipeline = load_pipeline(pipeline_file, options.env, {**os.environ, **environ}, options.conf_dir)
+    pipeline = load_file(pipeline_file, options.env, {**os.environ, **environ}, options.conf_dir).pipeline
     if pipeline.uid.header != UID_HEADER or not pipeline.source.kafka.topics:
         raise DemoError(f"{pipeline_file}: the demo needs a topic list and uid.header {UID_HEADER!r}")
     return pipeline

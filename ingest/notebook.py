@@ -51,9 +51,9 @@ def pipeline_tables(path: str | os.PathLike, env: str = "local",
                     conf_dir: str | os.PathLike | None = None) -> DemoTables:
     """Where the pipeline in `path` keeps its tables (`${VAR}`s from the environment,
     then `conf/<env>.yaml`; `conf_dir` when the notebook runs elsewhere)."""
-    from ingest.spec.loader import load_pipeline
+    from ingest.spec.loader import load_file
 
-    pipeline = load_pipeline(Path(path), env, conf_dir=None if conf_dir is None else Path(conf_dir))
+    pipeline = load_file(Path(path), env, conf_dir=None if conf_dir is None else Path(conf_dir)).pipeline
     return DemoTables(os.environ.get(ROOT_VARIABLE, ""), pipeline.target.location,
                       pipeline.dead_letter.location, pipeline.checkpoint, pipeline.name)
 

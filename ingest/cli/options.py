@@ -7,7 +7,7 @@ import argparse
 import json
 from datetime import datetime, timezone
 
-from ingest.spec.loader import Loaded, read_pipeline
+from ingest.spec.loader import Loaded, load_file
 from ingest.spec.settings import DEFAULT_ENV, Settings, load_settings
 
 
@@ -28,7 +28,7 @@ def settings_of(args) -> Settings:
 def load_one(args, settings: Settings | None = None) -> Loaded:
     """The pipeline `args.file` names; its secrets stay on `args` so that `cli.main`
     masks them in any error the command then raises."""
-    loaded = read_pipeline(args.file, settings=settings_of(args) if settings is None else settings)
+    loaded = load_file(args.file, settings=settings_of(args) if settings is None else settings)
     args.secrets = loaded.pipeline.secret_values
     return loaded
 

@@ -17,7 +17,8 @@ from ingest.cli.output import OK, to_json
 from ingest.errors import IngestError
 from ingest.kafka.source import kafka_options
 from ingest.spec import template
-from ingest.spec.loader import Loaded, to_document, to_yaml
+from ingest.spec.document import to_document, to_yaml
+from ingest.spec.loader import Loaded
 from ingest.spec.model import REGISTRY_FORMATS, Pipeline
 from ingest.spec.settings import Settings, mask, mask_mapping
 

@@ -7,7 +7,7 @@ import sys
 
 from ingest.cli.options import settings_of
 from ingest.cli.output import CHECK_FAILED, INTERRUPTED, OK, print_problems
-from ingest.spec.loader import check_unique, read_pipeline
+from ingest.spec.loader import check_unique, load_file
 from ingest.spec.settings import mask
 
 NEEDS_SPARK = True
@@ -35,7 +35,7 @@ def add(commands, parents) -> None:
 
 def run(args) -> int:
     settings = settings_of(args)
-    loaded = [read_pipeline(file, settings=settings) for file in args.files]
+    loaded = [load_file(file, settings=settings) for file in args.files]
     problems = check_unique(loaded)
     if problems:
         return print_problems(problems, problems[0].file, sys.stderr)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from ingest.cli.options import settings_of
 from ingest.cli.output import BAD_INPUT, OK, by_line, print_problems, to_json
 from ingest.errors import IngestError, Problem, SpecErrors
-from ingest.spec.loader import Loaded, check_unique, read_pipeline
+from ingest.spec.loader import Loaded, check_unique, load_file
 from ingest.spec.template import for_topic, subject_per_topic
 
 # Without pyspark validate still runs its first pass (and says the Spark checks were skipped).
@@ -81,7 +81,7 @@ def _problem_dict(problem: Problem) -> dict:
 
 def _load(file: str, settings) -> _Checked:
     try:
-        loaded = read_pipeline(file, settings=settings)
+        loaded = load_file(file, settings=settings)
     except SpecErrors as errors:
         return _Checked(file, None, list(errors.problems))
     return _Checked(file, loaded, list(loaded.warnings))

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from ingest.errors import Problem
-from ingest.spec.loader import INGEST_COLUMNS, column_references
+from ingest.spec.columns import INGEST_COLUMNS, column_references
 from ingest.spec.model import REGISTRY_FORMATS, Pipeline, Source, Transform
 from ingest.spec.values import did_you_mean
 

@@ -8,7 +8,7 @@ import random
 
 from confluent_kafka import Producer
 
-from ingest.spec.loader import load_pipeline
+from ingest.spec.loader import load_file
 from tests.integration.conftest import run_once
 from tests.integration.processes import IngestProcess, write_pipeline
 
@@ -59,7 +59,8 @@ def test_a_kill_between_the_delta_and_the_checkpoint_commit_changes_nothing(spar
         assert run.wait(timeout=900) == -9, f"{fault} did not kill the run:\n{run.output()[-3000:]}"
     assert IngestProcess(crashed, kafka.bootstrap, log).wait(timeout=900) == 0, log.read_text()[-3000:]
     # the uninterrupted run only has to be right, not killed: in this process, on the shared session
-    straight = load_pipeline(cdc_pipeline(tmp_path, topic, "straight"), environ={"KAFKA_BOOTSTRAP": kafka.bootstrap})
+    straight = load_file(cdc_pipeline(tmp_path, topic, "straight"),
+                         environ={"KAFKA_BOOTSTRAP": kafka.bootstrap}).pipeline
     run_once(spark, straight, timeout=900)
 
     expected = contents(spark, str(tmp_path / "tables" / "straight"))

@@ -227,7 +227,7 @@ def test_a_tombstone_pipeline_is_exact_through_crashes_and_lost_ranges(spark, ka
     import yaml
 
     from ingest.audit.verify import verify
-    from ingest.spec.loader import load_pipeline
+    from ingest.spec.loader import load_file
 
     rng = random.Random(int(os.environ.get("INGEST_CRASH_SEED", "27")))
     pipeline_file = write_pipeline(tmp_path, topic, name="keyed", on_data_loss="record",
@@ -276,5 +276,5 @@ def test_a_tombstone_pipeline_is_exact_through_crashes_and_lost_ranges(spark, ka
         assert reason.startswith(f"offsets {start}-{start + count - 1} ({count} records)"), reason
     decode = [(r._partition, r._offset) for r in dead.where("stage = 'decode'").collect()]
     assert len(decode) == len(set(decode)) == bad
-    report = verify(spark, load_pipeline(pipeline_file, environ={"KAFKA_BOOTSTRAP": kafka.bootstrap}))
+    report = verify(spark, load_file(pipeline_file, environ={"KAFKA_BOOTSTRAP": kafka.bootstrap}).pipeline)
     assert report.ok, report

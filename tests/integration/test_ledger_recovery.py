@@ -12,7 +12,7 @@ import pytest
 
 from ingest.batch.commit import faults
 from ingest.batch.commit.faults import BATCH_POINTS
-from ingest.spec.loader import load_pipeline
+from ingest.spec.loader import load_file
 from tests.integration.conftest import crash_at, run_recovering
 from tests.integration.processes import IngestProcess, wait_for, write_pipeline
 
@@ -49,7 +49,7 @@ def test_a_crash_then_a_lost_checkpoint_loses_and_duplicates_nothing(spark, kafk
     around) the two, with the checkpoint then deleted, the next run must complete the
     batch in the target and write no dead letter twice."""
     pipeline_file = write_pipeline(tmp_path, topic)
-    pipeline = load_pipeline(pipeline_file, environ={"KAFKA_BOOTSTRAP": kafka.bootstrap})
+    pipeline = load_file(pipeline_file, environ={"KAFKA_BOOTSTRAP": kafka.bootstrap}).pipeline
     expected = []
     if earlier_batch:  # the target already has a ledger when the crash comes
         send_batch(sender, [f"a{i}" for i in range(10)], ["bad-a"])

@@ -7,7 +7,7 @@ import re
 from dataclasses import replace
 
 from ingest.cli import main
-from ingest.spec.loader import to_document, to_yaml
+from ingest.spec.document import to_document, to_yaml
 from ingest.spec.model import Maintenance, Operations, Target
 from ingest.stream.maintenance import deleted_file_retention_s, files, maintain
 from tests.integration.test_data_loss import supervised_run

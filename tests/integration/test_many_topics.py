@@ -16,7 +16,7 @@ from delta.tables import DeltaTable
 from ingest.audit.per_table import status_per_table, verify_per_table
 from ingest.batch.commit import ledger
 from ingest.kafka.local_broker import create_topic
-from ingest.spec.loader import load_pipeline
+from ingest.spec.loader import load_file
 from ingest.spec.model import DeadLetter, KafkaSource, Target, Trigger
 from ingest.stream.query import start_query
 from tests.integration.conftest import table
@@ -130,7 +130,7 @@ def test_a_crash_between_two_tables_a_lost_checkpoint_and_verify_per_table(spark
         assert uids_in(spark, tables[topic]) == sorted(f"{topic}-{i}" for i in range(8))
         assert table(spark, str(tmp_path / "dead_letter" / topic.replace(".", "_"))).count() == 1
 
-    loaded = load_pipeline(pipeline_file, environ={"KAFKA_BOOTSTRAP": kafka.bootstrap})
+    loaded = load_file(pipeline_file, environ={"KAFKA_BOOTSTRAP": kafka.bootstrap}).pipeline
     audit = verify_per_table(spark, loaded)
     assert [(t.table, t.topics, t.report.ok, t.report.target_rows, t.report.dead_letters)
             for t in audit.tables] == [(tables[t], (t,), True, 8, 1) for t in topics]

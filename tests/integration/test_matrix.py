@@ -45,7 +45,7 @@ from ingest import cli
 from ingest.batch.commit import faults
 from ingest.kafka.local_broker import create_topic
 from ingest.spec import template
-from ingest.spec.loader import load_pipeline
+from ingest.spec.loader import load_file
 from tests.integration.conftest import REGISTRY_PASSWORD, REGISTRY_USER, crash_at, run_recovering, table
 
 BAD = "bad"  # a payload that does not decode: malformed JSON, or Avro under an unknown schema id
@@ -328,7 +328,7 @@ class Cell:
         return "matrix"
 
     def pipeline(self, kafka):
-        return load_pipeline(self.file, environ={"KAFKA_BOOTSTRAP": kafka.bootstrap})
+        return load_file(self.file, environ={"KAFKA_BOOTSTRAP": kafka.bootstrap}).pipeline
 
     def tables(self, kafka) -> dict[str, str]:
         """Each topic's table path, as the pipeline renders it."""

@@ -78,12 +78,12 @@ def run_customers_cdc(spark, kafka, root, topic: str = "shop.public.customers") 
     """The example cdc pipeline (pipelines/customers_cdc.yaml, SCD2 history) into `root`,
     three batches of Debezium changes, some late: what 05_history reads."""
     from ingest.kafka.local_broker import create_topic
-    from ingest.spec.loader import load_pipeline
+    from ingest.spec.loader import load_file
     from tests.integration.conftest import DebeziumChanges, run_once
 
     create_topic(kafka.client_config(), topic, partitions=1)
-    pipeline = load_pipeline(PROJECT / "pipelines" / "customers_cdc.yaml",
-                             environ={"KAFKA_BOOTSTRAP": kafka.bootstrap, "DATA_ROOT": str(root)})
+    pipeline = load_file(PROJECT / "pipelines" / "customers_cdc.yaml",
+                         environ={"KAFKA_BOOTSTRAP": kafka.bootstrap, "DATA_ROOT": str(root)}).pipeline
     changes = DebeziumChanges(kafka, topic)
     batches = [
         [("r", 1, 100, "ann", "basic"), ("r", 2, 101, "bob", "basic"), ("r", 3, 102, "cy", "gold")],

@@ -59,12 +59,12 @@ def test_https_with_a_ca_file_and_a_bearer_token(spark, kafka, topic, tmp_path, 
 
     from ingest.batch.formats.registry import RegistryUnavailable
     from ingest.batch.formats.schemas import SchemaDecoder
-    from ingest.spec.loader import load_pipeline
+    from ingest.spec.loader import load_file
 
     stand_in, ca = tls_registry
     produce(stand_in, ca, kafka, topic)
-    pipeline = load_pipeline(pipeline_file(tmp_path, topic, stand_in.url, ca),
-                             environ={"KAFKA_BOOTSTRAP": kafka.bootstrap, "SR_TOKEN": TOKEN})
+    pipeline = load_file(pipeline_file(tmp_path, topic, stand_in.url, ca),
+                         environ={"KAFKA_BOOTSTRAP": kafka.bootstrap, "SR_TOKEN": TOKEN}).pipeline
     assert pipeline.source.registry.tls.ca == str(ca) and pipeline.source.registry.bearer == TOKEN
     without_ca = replace(pipeline.source, registry=replace(pipeline.source.registry, tls=None))
     with pytest.raises(RegistryUnavailable, match="CERTIFICATE_VERIFY_FAILED"):

@@ -11,7 +11,7 @@ import pytest
 from deltalake import DeltaTable as RustTable
 
 from ingest.errors import SpecErrors
-from ingest.spec.loader import to_document, to_yaml
+from ingest.spec.document import to_document, to_yaml
 from ingest.spec.model import Transform, Uid
 from ingest.stream.lease import LEASE_FILE
 from ingest.stream.recovery import TargetLost, TargetRewritten

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ingest.audit.status import WARNING, status
 from ingest.cli import main
-from ingest.spec.loader import to_document, to_yaml
+from ingest.spec.document import to_document, to_yaml
 from tests.integration.conftest import run_once
 
 

@@ -7,7 +7,7 @@ from delta.tables import DeltaTable
 
 from ingest.audit.verify import Duplicate, Missing, verify
 from ingest.cli import main
-from ingest.spec.loader import to_document, to_yaml
+from ingest.spec.document import to_document, to_yaml
 from ingest.spec.model import KafkaSource, Transform
 from tests.integration.conftest import run_once
 

@@ -15,7 +15,7 @@ from ingest.batch.commit import ledger
 from ingest.cli import main
 from ingest.kafka import checkpoint as spark_checkpoint
 from ingest.kafka.checkpoint import read_state
-from ingest.spec.loader import to_document, to_yaml
+from ingest.spec.document import to_document, to_yaml
 from ingest.stream import recovery
 from tests.integration.conftest import run_once, with_target
 

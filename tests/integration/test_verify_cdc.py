@@ -12,7 +12,7 @@ import ingest
 from ingest.cli import main
 from ingest.kafka.local_broker import create_topic
 from ingest.spec import template
-from ingest.spec.loader import to_document, to_yaml
+from ingest.spec.document import to_document, to_yaml
 from ingest.spec.model import Cdc, DeadLetter, KafkaSource, Target, Uid
 from tests.integration.conftest import DebeziumChanges, run_once
 

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from ingest import cli
-from ingest.spec import loader, operations
+from ingest.spec import contract, contract_source, loader, operations
 
 REPO = Path(__file__).resolve().parents[2]
 PAGES = [REPO / "README.md", REPO / "CONTRIBUTING.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -69,11 +69,12 @@ def test_no_page_calls_a_part_of_the_contract_planned(page):
 def loader_keys() -> set[str]:
     """Every key path the loader accepts; `uid`'s rules and the registry's auth and tls
     are documented as one row each, so they stand for their children."""
-    groups = {"": loader.TOP_KEYS, "source": loader.SOURCE_KEYS, "source.kafka": loader.KAFKA_KEYS,
-              "source.registry": loader.REGISTRY_KEYS, "transform": loader.TRANSFORM_KEYS,
-              "target": loader.TARGET_KEYS, "target.dedup_horizon": loader.HORIZON_KEYS,
-              "cdc": loader.CDC_KEYS, "dead_letter": loader.DEAD_LETTER_KEYS,
-              "trigger": loader.TRIGGER_KEYS, "metrics": operations.METRICS_KEYS,
+    groups = {"": contract.TOP_KEYS, "source": contract_source.SOURCE_KEYS,
+              "source.kafka": contract_source.KAFKA_KEYS, "source.registry": contract_source.REGISTRY_KEYS,
+              "transform": contract.TRANSFORM_KEYS, "target": contract.TARGET_KEYS,
+              "target.dedup_horizon": contract.HORIZON_KEYS, "cdc": contract.CDC_KEYS,
+              "dead_letter": contract.DEAD_LETTER_KEYS, "trigger": contract.TRIGGER_KEYS,
+              "metrics": operations.METRICS_KEYS,
               "metrics.prometheus": operations.PROMETHEUS_KEYS, "maintenance": operations.MAINTENANCE_KEYS}
     keys = {f"{parent}.{key}".lstrip(".") for parent, children in groups.items() for key in children}
     return keys - set(groups)  # a section is its keys
@@ -126,7 +127,7 @@ def shown(value) -> str:
 
 def defaults() -> dict[str, object]:
     """Defaults as the loader fills them in for a pipeline that leaves the key out."""
-    p = loader.load_text(MINIMAL, environ={})
+    p = loader.load_text(MINIMAL, environ={}).pipeline
     k = p.source.kafka
     return {
         "source.kafka.starting_offsets": k.starting_offsets,

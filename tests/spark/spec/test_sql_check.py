@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ingest.spec.loader import read_pipeline, read_text
+from ingest.spec.loader import load_file, load_text
 from ingest.spec.settings import Settings, load_settings
 from ingest.spec.sql_check import check_sql, output_schema, parse_schema
 
@@ -37,14 +37,14 @@ checkpoint: ${DATA_ROOT}/checkpoints/orders
 def problems(spark, old: str = "", new: str = ""):
     """(code, path, line) of each problem, and the placed problems themselves."""
     assert old in BASE
-    loaded = read_text(BASE.replace(old, new, 1), "orders.yaml", environ={}, settings=SETTINGS)
+    loaded = load_text(BASE.replace(old, new, 1), "orders.yaml", environ={}, settings=SETTINGS)
     placed = loaded.place(check_sql(loaded.pipeline, spark))
     return [(p.code, p.path, p.line) for p in placed], placed
 
 
 @pytest.mark.parametrize("path", sorted(Path("pipelines").glob("*.yaml")), ids=lambda p: p.stem)
 def test_examples_pass(spark, path):
-    loaded = read_pipeline(path, environ={}, settings=load_settings("local", "conf"))
+    loaded = load_file(path, environ={}, settings=load_settings("local", "conf"))
     assert check_sql(loaded.pipeline, spark) == []
 
 
@@ -121,12 +121,12 @@ def test_string_format_payload_is_value(spark):
                  'select: ["*", "get_json_object(value, \'$.ts\')::timestamp AS ts", '
                  '"to_date(ts) AS order_date"]') \
         .replace('"amount IS NOT NULL"', '"value IS NOT NULL"')
-    loaded = read_text(text, "s.yaml", environ={}, settings=SETTINGS)
+    loaded = load_text(text, "s.yaml", environ={}, settings=SETTINGS)
     assert check_sql(loaded.pipeline, spark) == []
 
 
 def test_output_schema_and_parse_schema(spark):
-    loaded = read_text(BASE, "orders.yaml", environ={}, settings=SETTINGS)
+    loaded = load_text(BASE, "orders.yaml", environ={}, settings=SETTINGS)
     assert output_schema(spark, loaded.pipeline).fieldNames() == \
         ["order_id", "amount", "ts", "order_date"]
     assert parse_schema(spark, "a INT, b STRING").fieldNames() == ["a", "b"]
@@ -141,7 +141,7 @@ def test_a_topic_schema_is_checked_at_its_own_key(spark):
         '  schema: "order_id STRING, amount DOUBLE, ts TIMESTAMP"',
         '  schema: "order_id STRING, amount DOUBLE, ts TIMESTAMP"\n'
         '  schemas: {refunds: "refund_id STRING, amount DUBLE, ts TIMESTAMP"}')
-    loaded = read_text(per_topic, "orders.yaml", environ={}, settings=SETTINGS)
+    loaded = load_text(per_topic, "orders.yaml", environ={}, settings=SETTINGS)
     placed = loaded.place(check_sql(loaded.pipeline, spark))
     assert [(p.code, p.path, p.line) for p in placed] == [("bad_ddl", "source.schemas.refunds", 8)]
 
@@ -164,7 +164,7 @@ def test_a_uid_that_changes_on_a_replay_is_refused(spark, expression, cause):
 def _with_uid(spark, select: str):
     text = BASE.replace('"*", "to_date(ts) AS order_date"', select).replace(
         "header: message-id", "fields: [order_id, id]")
-    loaded = read_text(text, "orders.yaml", environ={}, settings=SETTINGS)
+    loaded = load_text(text, "orders.yaml", environ={}, settings=SETTINGS)
     placed = loaded.place(check_sql(loaded.pipeline, spark))
     return [(p.code, p.path, p.line) for p in placed], placed
 

@@ -7,7 +7,8 @@ import shutil
 import pytest
 
 from ingest.errors import SpecErrors
-from ingest.spec.loader import load_text, to_document, to_yaml
+from ingest.spec.document import to_document, to_yaml
+from ingest.spec.loader import load_text
 from ingest.spec.model import Cdc, Uid
 from ingest.spec.settings import Settings
 
@@ -48,7 +49,7 @@ checkpoint: /data/checkpoints/latest
 
 
 def load(text: str):
-    return load_text(text, "p.yaml", environ=ENVIRON, settings=SETTINGS)
+    return load_text(text, "p.yaml", environ=ENVIRON, settings=SETTINGS).pipeline
 
 
 def problems(text: str) -> list[tuple[str, int, str, str]]:

@@ -180,7 +180,7 @@ CASES = [
 
 
 def test_base_spec_is_valid():
-    pipeline = load_text(BASE, "orders.yaml", environ=TEST_ENVIRON, settings=TEST_SETTINGS)
+    pipeline = load_text(BASE, "orders.yaml", environ=TEST_ENVIRON, settings=TEST_SETTINGS).pipeline
     assert pipeline.name == "orders"
 
 

@@ -8,14 +8,8 @@ from pathlib import Path
 import pytest
 
 from ingest.errors import SpecErrors
-from ingest.spec.loader import (
-    check_unique,
-    load_text,
-    read_pipeline,
-    read_text,
-    to_document,
-    to_yaml,
-)
+from ingest.spec.document import to_document, to_yaml
+from ingest.spec.loader import check_unique, load_file, load_text
 from ingest.spec.model import DeadLetter, Trigger
 from ingest.spec.settings import Settings, load_settings
 
@@ -42,7 +36,7 @@ checkpoint: ${DATA_ROOT}/checkpoints/orders
 
 def load(text: str, environ=None):
     return load_text(text, "p.yaml", environ=ENVIRON if environ is None else environ,
-                     settings=SETTINGS)
+                     settings=SETTINGS).pipeline
 
 
 def test_contract_defaults():
@@ -116,7 +110,7 @@ def test_secret_values_are_collected_from_secret_variables_and_secret_keys():
 
 
 def test_coordinates_uid_loads_with_a_warning():
-    loaded = read_text(MINIMAL.replace("field: order_id", "coordinates: true"), "p.yaml",
+    loaded = load_text(MINIMAL.replace("field: order_id", "coordinates: true"), "p.yaml",
                        environ=ENVIRON, settings=SETTINGS)
     [warning] = loaded.warnings
     assert (warning.code, warning.path, warning.line, warning.warning) == \
@@ -126,14 +120,14 @@ def test_coordinates_uid_loads_with_a_warning():
 def test_place_puts_later_problems_on_lines():
     from ingest.errors import Problem
 
-    loaded = read_text(MINIMAL, "p.yaml", environ=ENVIRON, settings=SETTINGS)
+    loaded = load_text(MINIMAL, "p.yaml", environ=ENVIRON, settings=SETTINGS)
     [placed] = loaded.place([Problem("bad_ddl", "source.schema", "bad")])
     assert (placed.file, placed.line) == ("p.yaml", 6)
 
 
 def test_same_name_in_two_files_is_a_problem():
-    one = read_text(MINIMAL, "a.yaml", environ=ENVIRON, settings=SETTINGS)
-    two = read_text(MINIMAL.replace("checkpoints/orders", "checkpoints/other")
+    one = load_text(MINIMAL, "a.yaml", environ=ENVIRON, settings=SETTINGS)
+    two = load_text(MINIMAL.replace("checkpoints/orders", "checkpoints/other")
                     .replace("tables/orders", "tables/other"), "b.yaml", environ=ENVIRON, settings=SETTINGS)
     [problem] = check_unique([one, two])
     assert (problem.code, problem.path, problem.file, problem.line) == \
@@ -143,9 +137,9 @@ def test_same_name_in_two_files_is_a_problem():
 @pytest.mark.parametrize("checkpoint", ["checkpoints/orders/", "./checkpoints//orders", "checkpoints/x/../orders"])
 def test_one_checkpoint_spelled_two_ways_is_a_problem(checkpoint, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
-    one = read_text(MINIMAL.replace("${DATA_ROOT}/checkpoints/orders", "checkpoints/orders"), "a.yaml",
+    one = load_text(MINIMAL.replace("${DATA_ROOT}/checkpoints/orders", "checkpoints/orders"), "a.yaml",
                     environ=ENVIRON, settings=SETTINGS)
-    two = read_text(MINIMAL.replace("name: orders", "name: copy")
+    two = load_text(MINIMAL.replace("name: orders", "name: copy")
                     .replace("${DATA_ROOT}/checkpoints/orders", checkpoint)
                     .replace("tables/orders", "tables/copy"), "b.yaml", environ=ENVIRON, settings=SETTINGS)
     [problem] = check_unique([one, two])
@@ -154,8 +148,8 @@ def test_one_checkpoint_spelled_two_ways_is_a_problem(checkpoint, monkeypatch, t
 
 @pytest.mark.parametrize("target", ["${DATA_ROOT}/tables/orders/", "${DATA_ROOT}//tables/orders"])
 def test_one_target_for_two_pipelines_is_a_problem(target):
-    one = read_text(MINIMAL, "a.yaml", environ=ENVIRON, settings=SETTINGS)
-    two = read_text(MINIMAL.replace("name: orders", "name: copy").replace("checkpoints/orders", "checkpoints/c")
+    one = load_text(MINIMAL, "a.yaml", environ=ENVIRON, settings=SETTINGS)
+    two = load_text(MINIMAL.replace("name: orders", "name: copy").replace("checkpoints/orders", "checkpoints/c")
                     .replace("${DATA_ROOT}/tables/orders", target), "b.yaml", environ=ENVIRON, settings=SETTINGS)
     [problem] = check_unique([one, two])
     assert (problem.code, problem.path, problem.file) == ("duplicate_name", "target.path", "b.yaml")
@@ -164,15 +158,15 @@ def test_one_target_for_two_pipelines_is_a_problem(target):
 
 def test_unreadable_file(tmp_path):
     with pytest.raises(SpecErrors) as raised:
-        read_pipeline(tmp_path / "nope.yaml", settings=SETTINGS)
+        load_file(tmp_path / "nope.yaml", settings=SETTINGS)
     assert raised.value.problems[0].code == "unreadable_file"
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_every_example_round_trips(path):
     settings = load_settings("local", "conf")
-    pipeline = read_pipeline(path, environ={}, settings=settings).pipeline
-    again = load_text(to_yaml(to_document(pipeline)), str(path), environ={}, settings=settings)
+    pipeline = load_file(path, environ={}, settings=settings).pipeline
+    again = load_text(to_yaml(to_document(pipeline)), str(path), environ={}, settings=settings).pipeline
     assert again == pipeline
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from ingest.errors import SpecErrors
-from ingest.spec.loader import load_text, to_document, to_yaml
+from ingest.spec.document import to_document, to_yaml
+from ingest.spec.loader import load_text
 from tests.unit.spec.test_loader import ENVIRON, MINIMAL, SETTINGS
 
 OPERATIONS = MINIMAL + """\
@@ -21,7 +22,7 @@ on_data_loss: record
 
 
 def load(text):
-    return load_text(text, "p.yaml", environ=ENVIRON, settings=SETTINGS)
+    return load_text(text, "p.yaml", environ=ENVIRON, settings=SETTINGS).pipeline
 
 
 def test_operations_keys_load_and_round_trip():

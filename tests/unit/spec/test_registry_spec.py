@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from ingest.errors import SpecErrors
-from ingest.spec.loader import load_text, read_text, to_document, to_yaml
+from ingest.spec.document import to_document, to_yaml
+from ingest.spec.loader import load_text
 from ingest.spec.settings import Settings
 
 ENVIRON = {"KAFKA_BOOTSTRAP": "localhost:9092", "DATA_ROOT": "/data",
@@ -37,7 +38,7 @@ schema_evolution: add_columns
 
 
 def load(text: str):
-    return load_text(text, "orders.yaml", environ=ENVIRON, settings=SETTINGS)
+    return load_text(text, "orders.yaml", environ=ENVIRON, settings=SETTINGS).pipeline
 
 
 def problems_of(text: str):
@@ -66,7 +67,7 @@ def test_subject_defaults_to_the_topic_value_subject_and_version_may_be_a_number
 
 
 def test_credentials_are_secrets_even_in_the_documented_form():
-    loaded = read_text(BASE, "orders.yaml", environ=ENVIRON, settings=SETTINGS)
+    loaded = load_text(BASE, "orders.yaml", environ=ENVIRON, settings=SETTINGS)
     assert {"svc:pw-42-secret", "pw-42-secret"} <= loaded.pipeline.secret_values
 
 

@@ -6,7 +6,8 @@ import pytest
 
 from ingest.errors import SpecErrors
 from ingest.spec import template
-from ingest.spec.loader import load_text, to_document, to_yaml
+from ingest.spec.document import to_document, to_yaml
+from ingest.spec.loader import load_text
 from tests.unit.spec.test_errors import TEST_ENVIRON, TEST_SETTINGS
 
 PER_TOPIC = """\
@@ -28,7 +29,7 @@ checkpoint: ${DATA_ROOT}/checkpoints/shop
 
 
 def load(text):
-    return load_text(text, "shop.yaml", environ=TEST_ENVIRON, settings=TEST_SETTINGS)
+    return load_text(text, "shop.yaml", environ=TEST_ENVIRON, settings=TEST_SETTINGS).pipeline
 
 
 def problems(text):
