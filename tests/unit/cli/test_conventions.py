@@ -11,10 +11,10 @@ import ingest
 from ingest.cli import COMMANDS, build_parser, main
 from ingest.cli import plan as cli_plan
 from ingest.errors import IngestError, Problem, SpecErrors
-from tests.unit import test_cli
-from tests.unit.test_cli import WITH_SECRETS, write
+from tests.unit.cli import test_screens
+from tests.unit.cli.test_screens import WITH_SECRETS, write
 
-project = test_cli.project  # the same project-folder fixture
+project = test_screens.project  # the same project-folder fixture
 
 
 def outcome(capsys, *argv):

@@ -9,7 +9,7 @@ import pytest
 
 from ingest.cli import main
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 VARIABLES = ("KAFKA_BOOTSTRAP", "DATA_ROOT", "KAFKA_PASSWORD", "KAFKA_JAAS_CONFIG",
              "INGEST_CONF_DIR")
 
