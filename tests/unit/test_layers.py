@@ -126,3 +126,45 @@ def test_batch_imports_point_down_its_tiers(module, path):
     own = batch_tier(module)
     upward = [name for name in batch_imports(path) if batch_tier(name) > own]
     assert not upward, f"{module} (batch tier {own}) imports from above: {upward}"
+
+
+# No private names across modules (in ingest/ and bench/; tests may reach in): a name with a
+# leading underscore is its module's own, so another module that needs it asks for it to be
+# made public, in the module that owns it, instead of coupling to its insides.
+BENCH = PACKAGE.parent / "bench"
+OURS = ("ingest", "bench")
+
+
+def source_modules():
+    for root in (PACKAGE, BENCH):
+        for path in sorted(root.rglob("*.py")):
+            dotted = ".".join((root.name, *path.relative_to(root).with_suffix("").parts))
+            yield dotted.removesuffix(".__init__"), path
+
+
+def is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def private_reaches(path: Path) -> list[str]:
+    """`from ours.x import _name`, and `x._name` where `x` is one of our modules imported here."""
+    tree = ast.parse(path.read_text())
+    found, modules_here = [], set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 \
+                and node.module.split(".")[0] in OURS:
+            found += [f"{node.module}.{alias.name}" for alias in node.names if is_private(alias.name)]
+            modules_here |= {alias.asname or alias.name for alias in node.names}
+        elif isinstance(node, ast.Import):
+            modules_here |= {alias.asname or alias.name for alias in node.names
+                             if alias.name.split(".")[0] in OURS and (alias.asname or "." not in alias.name)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and is_private(node.attr) and isinstance(node.value, ast.Name) \
+                and node.value.id in modules_here:
+            found.append(f"{node.value.id}.{node.attr}")
+    return found
+
+
+@pytest.mark.parametrize("module,path", list(source_modules()), ids=lambda v: str(v) if isinstance(v, str) else "")
+def test_no_private_name_is_imported_across_modules(module, path):
+    assert not private_reaches(path), f"{module} uses private names of other modules: {private_reaches(path)}"
