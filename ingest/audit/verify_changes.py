@@ -1,7 +1,7 @@
 """`ingest verify` for change data capture: the table equals the topic's changes applied in order.
 
 The topic is read as one batch through the pipeline's own envelope, transform and
-uid steps. What is audited is what the record audit audits (`verify.audit_scope`):
+uid steps. What is audited is what the record audit audits (`scope.audit_scope`):
 per partition, from the pipeline's start (an offsets map, or for `latest` its first
 start) up to the end offsets recorded in the target's Delta log, or further where
 the checkpoint or the dead-letter ledger says more was consumed; later changes are
@@ -25,15 +25,8 @@ from dataclasses import asdict, dataclass, replace
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from ingest.audit.verify import (
-    COORDINATES,
-    Unaccounted,
-    audit_scope,
-    current_topic_ids,
-    dead_letters,
-    outside_ledger,
-    read_topic,
-)
+from ingest.audit.scope import audit_scope, outside_ledger
+from ingest.audit.verify import COORDINATES, Unaccounted, current_topic_ids, dead_letters, read_topic
 from ingest.batch import transform
 from ingest.batch.formats.cdc import DELETE, OP, SEQUENCE, decode_envelope
 from ingest.batch.merge.changes import last_changes

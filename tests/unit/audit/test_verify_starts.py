@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from ingest.audit.verify import _starts
+from ingest.audit.scope import _starts
 from ingest.batch.commit import ledger
 from ingest.spec.model import DeadLetter, KafkaSource, Pipeline, Source, Target, Uid
 
