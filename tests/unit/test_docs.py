@@ -252,3 +252,30 @@ def test_every_command_in_a_shell_block_parses(page):
             parser.parse_args(words)
         except SystemExit as error:
             pytest.fail(f"{page.name}: `{line}` does not parse (exit {error.code})")
+
+
+# docs/architecture.md is the map: its districts name every module of ingest/, and no
+# page names a module path that has moved away.
+ARCHITECTURE = REPO / "docs" / "architecture.md"
+MODULE_PATH = re.compile(r"\bingest/(?:[\w]+/)*[\w]+\.py\b")
+DISTRICT = re.compile(r"^- \*\*`(ingest/(?:[\w]+/)*)`\*\*:.*\n((?:  .*\n)+)", re.MULTILINE)
+
+
+def districts_modules() -> set[str]:
+    """`ingest/<district>/<module>.py` for every module listed under a district."""
+    return {folder + name for folder, names in DISTRICT.findall(ARCHITECTURE.read_text())
+            for name in re.findall(r"`([\w]+\.py)`", names)}
+
+
+@pytest.mark.parametrize("page", PAGES, ids=page_id)
+def test_every_module_path_a_page_names_exists(page):
+    missing = sorted({path for path in MODULE_PATH.findall(page.read_text()) if not (REPO / path).is_file()})
+    assert not missing, f"{page_id(page)} names modules that do not exist: {missing}"
+
+
+def test_the_architecture_map_lists_every_module_and_only_those():
+    listed = districts_modules()
+    modules = {str(path.relative_to(REPO)) for path in (REPO / "ingest").rglob("*.py")}
+    assert not listed - modules, f"listed in docs/architecture.md, not in ingest/: {sorted(listed - modules)}"
+    unlisted = {path for path in modules - listed if not path.endswith("/__init__.py") or path == "ingest/__init__.py"}
+    assert not unlisted, f"modules docs/architecture.md does not list: {sorted(unlisted)}"
