@@ -21,38 +21,21 @@ from decimal import Decimal
 from typing import Any, Callable, cast
 from uuid import UUID
 
-from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    BooleanType,
-    DataType,
-    DateType,
-    DecimalType,
-    DoubleType,
-    FloatType,
-    IntegerType,
-    LongType,
-    MapType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampNTZType,
-    TimestampType,
-)
+from pyspark.sql import types as T
 
 from ingest.batch.formats import wire
 from ingest.batch.staged import NOT_FRAMED, NULL_VALUE, unknown_schema
 from ingest.errors import IngestError
 
-PRIMITIVES: dict[str, DataType] = {
-    "boolean": BooleanType(), "int": IntegerType(), "long": LongType(), "float": FloatType(),
-    "double": DoubleType(), "bytes": BinaryType(), "string": StringType(), "fixed": BinaryType(),
-    "enum": StringType(),
+PRIMITIVES: dict[str, T.DataType] = {
+    "boolean": T.BooleanType(), "int": T.IntegerType(), "long": T.LongType(), "float": T.FloatType(),
+    "double": T.DoubleType(), "bytes": T.BinaryType(), "string": T.StringType(), "fixed": T.BinaryType(),
+    "enum": T.StringType(),
 }
-LOGICAL: dict[str, DataType] = {
-    "date": DateType(), "timestamp-millis": TimestampType(), "timestamp-micros": TimestampType(),
-    "local-timestamp-millis": TimestampNTZType(), "local-timestamp-micros": TimestampNTZType(),
-    "uuid": StringType(), "time-millis": StringType(), "time-micros": StringType(),
+LOGICAL: dict[str, T.DataType] = {
+    "date": T.DateType(), "timestamp-millis": T.TimestampType(), "timestamp-micros": T.TimestampType(),
+    "local-timestamp-millis": T.TimestampNTZType(), "local-timestamp-micros": T.TimestampNTZType(),
+    "uuid": T.StringType(), "time-millis": T.StringType(), "time-micros": T.StringType(),
 }
 
 
@@ -64,9 +47,9 @@ _TIMES = {"org.apache.kafka.connect.data.Time": 1_000, "io.debezium.time.Time": 
           "io.debezium.time.MicroTime": 1, "io.debezium.time.NanoTime": 0}
 _DATES = ("org.apache.kafka.connect.data.Date", "io.debezium.time.Date")
 _VARIABLE_SCALE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
-CONNECT_TYPES: dict[str, DataType] = {
-    **{name: TimestampType() for name in _MICROS_PER}, **{name: DateType() for name in _DATES},
-    **{name: StringType() for name in _TIMES}, _VARIABLE_SCALE_DECIMAL: StringType()}
+CONNECT_TYPES: dict[str, T.DataType] = {
+    **{name: T.TimestampType() for name in _MICROS_PER}, **{name: T.DateType() for name in _DATES},
+    **{name: T.StringType() for name in _TIMES}, _VARIABLE_SCALE_DECIMAL: T.StringType()}
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MAX_DECIMAL_DIGITS = 38  # Spark's; Debezium writes precision 64 where the column has none
 
@@ -85,15 +68,15 @@ def parse(schema_text: str) -> dict:
         raise UnsupportedSchema(f"not a valid Avro schema: {error}") from None
 
 
-def spark_schema(reader: dict) -> StructType:
+def spark_schema(reader: dict) -> T.StructType:
     """The reader schema (a record) as the payload's Spark columns."""
     if not isinstance(reader, dict) or reader.get("type") != "record":
         raise UnsupportedSchema("the reader schema is not an Avro record; expected a record "
                                 "whose fields become the payload columns")
-    return cast(StructType, spark_type(reader, ()))
+    return cast(T.StructType, spark_type(reader, ()))
 
 
-def spark_type(schema: Any, seen: tuple[str, ...]) -> DataType:
+def spark_type(schema: Any, seen: tuple[str, ...]) -> T.DataType:
     if isinstance(schema, list):
         return _union(schema, seen)
     if isinstance(schema, str):
@@ -104,7 +87,7 @@ def spark_type(schema: Any, seen: tuple[str, ...]) -> DataType:
         return CONNECT_TYPES[schema["connect.name"]]
     logical = schema.get("logicalType")
     if logical == "decimal":
-        return DecimalType(min(int(schema["precision"]), _MAX_DECIMAL_DIGITS), int(schema.get("scale", 0)))
+        return T.DecimalType(min(int(schema["precision"]), _MAX_DECIMAL_DIGITS), int(schema.get("scale", 0)))
     if logical in LOGICAL:
         return LOGICAL[logical]
     kind = schema["type"]
@@ -113,16 +96,16 @@ def spark_type(schema: Any, seen: tuple[str, ...]) -> DataType:
         if name in seen:
             raise UnsupportedSchema(f"record {name} refers to itself; recursive records have no "
                                     "Spark type")
-        return StructType([StructField(f["name"], spark_type(f["type"], seen + (name,)),
+        return T.StructType([T.StructField(f["name"], spark_type(f["type"], seen + (name,)),
                                        _nullable(f["type"])) for f in schema["fields"]])
     if kind == "array":
-        return ArrayType(spark_type(schema["items"], seen), _nullable(schema["items"]))
+        return T.ArrayType(spark_type(schema["items"], seen), _nullable(schema["items"]))
     if kind == "map":
-        return MapType(StringType(), spark_type(schema["values"], seen), _nullable(schema["values"]))
+        return T.MapType(T.StringType(), spark_type(schema["values"], seen), _nullable(schema["values"]))
     return spark_type(kind, seen)
 
 
-def _union(branches: list, seen: tuple[str, ...]) -> DataType:
+def _union(branches: list, seen: tuple[str, ...]) -> T.DataType:
     others = [b for b in branches if b != "null"]
     if len(others) != 1:
         raise UnsupportedSchema(f"a union of {len(others)} non-null types has no single Spark "

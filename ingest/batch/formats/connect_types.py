@@ -23,25 +23,7 @@ from dataclasses import dataclass
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
-from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    BooleanType,
-    ByteType,
-    DataType,
-    DateType,
-    DecimalType,
-    DoubleType,
-    FloatType,
-    IntegerType,
-    LongType,
-    MapType,
-    ShortType,
-    StringType,
-    StructType,
-    TimestampNTZType,
-    TimestampType,
-)
+from pyspark.sql import types as T
 
 CONNECT = "org.apache.kafka.connect.data."
 DEBEZIUM_TIME = "io.debezium.time."
@@ -95,33 +77,33 @@ class Converted:
     reason: Column  # null when the text became the value (or was null)
 
 
-def convert(field: Field, declared: DataType, encoding: str | None) -> Converted:
+def convert(field: Field, declared: T.DataType, encoding: str | None) -> Converted:
     """The column's value by the message's encoding, else `encoding` (cdc.encodings), else
     the declared type's default; and a reason when a non-null text does not fit."""
     named = F.coalesce(field.logical, F.lit(encoding), _from_kind(field.kind, declared))
-    if isinstance(declared, DecimalType):
+    if isinstance(declared, T.DecimalType):
         return _decimal(field, declared, named)
-    if isinstance(declared, (TimestampType, TimestampNTZType)):
+    if isinstance(declared, (T.TimestampType, T.TimestampNTZType)):
         return _timestamp(field, declared, named)
-    if isinstance(declared, DateType):
+    if isinstance(declared, T.DateType):
         return _date(field, named)
-    if isinstance(declared, StringType):
+    if isinstance(declared, T.StringType):
         return _text(field, named)
-    if isinstance(declared, BinaryType):
+    if isinstance(declared, T.BinaryType):
         value = F.try_to_binary(field.text, F.lit("base64"))
         return _checked(field, value, F.lit("bytes (base64, binary.handling.mode=base64 or bytes)"))
-    if isinstance(declared, (ByteType, ShortType, IntegerType, LongType, FloatType, DoubleType,
-                             BooleanType)):
+    if isinstance(declared, (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType, T.DoubleType,
+                             T.BooleanType)):
         return _checked(field, field.text.try_cast(declared), F.lit(f"a JSON {declared.simpleString()}"))
-    if isinstance(declared, (StructType, ArrayType, MapType)):
+    if isinstance(declared, (T.StructType, T.ArrayType, T.MapType)):
         return _checked(field, F.from_json(field.text, declared.simpleString()),
                         F.lit(f"JSON of type {declared.simpleString()}"))
     return Converted(field.text.cast(declared), F.lit(None).cast("string"))
 
 
-def _from_kind(kind: Column, declared: DataType) -> Column:
+def _from_kind(kind: Column, declared: T.DataType) -> Column:
     """Without a logical name, the schema's plain type says how a decimal is written."""
-    if isinstance(declared, DecimalType):
+    if isinstance(declared, T.DecimalType):
         return (F.when(kind == "bytes", F.lit(DECIMAL))
                 .when(kind.isin("string"), F.lit("string"))
                 .when(kind.isin("double", "float64", "float32", "int64", "int32"), F.lit("double")))
@@ -142,7 +124,7 @@ def _reason(field: Field, expected: Column, why: str = "is not") -> Column:
 
 # --- decimals -----------------------------------------------------------------------
 
-def _decimal(field: Field, declared: DecimalType, named: Column) -> Converted:
+def _decimal(field: Field, declared: T.DecimalType, named: Column) -> Converted:
     precise = F.coalesce(named, F.lit(DECIMAL))
     scale = F.coalesce(field.scale.try_cast("int"), F.lit(declared.scale))
     variable = F.from_json(field.text, "scale INT, value STRING")
@@ -203,7 +185,7 @@ def _fits_scale(decimal_text: Column, scale: int) -> Column:
 
 # --- instants, dates and times of day -------------------------------------------------------
 
-def _timestamp(field: Field, declared: DataType, named: Column) -> Converted:
+def _timestamp(field: Field, declared: T.DataType, named: Column) -> Converted:
     encoding = F.coalesce(named, F.lit(DEBEZIUM_TIME + "Timestamp"))
     number = field.text.try_cast("bigint")
     micros = None
@@ -214,7 +196,7 @@ def _timestamp(field: Field, declared: DataType, named: Column) -> Converted:
     assert micros is not None
     in_range = micros.between(MIN_MICROS, MAX_MICROS)
     instant = F.when(in_range, F.timestamp_micros(micros))
-    if isinstance(declared, TimestampNTZType):
+    if isinstance(declared, T.TimestampNTZType):
         instant = _utc_wall_clock(F.when(in_range, micros))
     # ZonedTimestamp and ISO text: an instant with its offset, read as Spark casts it
     iso = field.text.try_cast(declared)

@@ -19,33 +19,18 @@ import base64
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    BooleanType,
-    DataType,
-    DecimalType,
-    DoubleType,
-    FloatType,
-    IntegerType,
-    LongType,
-    MapType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
+from pyspark.sql import types as T
 
 from ingest.batch.formats import wire
 from ingest.batch.staged import NOT_FRAMED, NULL_VALUE, unknown_schema
 from ingest.errors import IngestError
 
 # FieldDescriptor.TYPE_* -> Spark type
-SCALARS: dict[int, DataType] = {
-    1: DoubleType(), 2: FloatType(), 3: LongType(), 4: DecimalType(20, 0), 5: IntegerType(),
-    6: DecimalType(20, 0), 7: LongType(), 8: BooleanType(), 9: StringType(), 12: BinaryType(),
-    13: LongType(), 14: StringType(), 15: IntegerType(), 16: LongType(), 17: IntegerType(),
-    18: LongType(),
+SCALARS: dict[int, T.DataType] = {
+    1: T.DoubleType(), 2: T.FloatType(), 3: T.LongType(), 4: T.DecimalType(20, 0), 5: T.IntegerType(),
+    6: T.DecimalType(20, 0), 7: T.LongType(), 8: T.BooleanType(), 9: T.StringType(), 12: T.BinaryType(),
+    13: T.LongType(), 14: T.StringType(), 15: T.IntegerType(), 16: T.LongType(), 17: T.IntegerType(),
+    18: T.LongType(),
 }
 TYPE_MESSAGE, TYPE_ENUM = 11, 14
 WRAPPERS = {f"google.protobuf.{name}Value" for name in
@@ -146,32 +131,32 @@ def message_names(schema: ProtoSchema) -> list[str]:
 # --- Spark types ------------------------------------------------------------------
 
 
-def spark_schema(descriptor) -> StructType:
+def spark_schema(descriptor) -> T.StructType:
     return _struct(descriptor, ())
 
 
-def _struct(descriptor, seen: tuple[str, ...]) -> StructType:
+def _struct(descriptor, seen: tuple[str, ...]) -> T.StructType:
     if descriptor.full_name in seen:
         raise UnsupportedProtobuf(f"message {descriptor.full_name} contains itself; recursive "
                                   "messages have no Spark type")
     seen = seen + (descriptor.full_name,)
-    return StructType([StructField(f.name, _field_type(f, seen), True) for f in descriptor.fields])
+    return T.StructType([T.StructField(f.name, _field_type(f, seen), True) for f in descriptor.fields])
 
 
-def _field_type(field, seen) -> DataType:
+def _field_type(field, seen) -> T.DataType:
     if _is_map(field):
         key, value = field.message_type.fields_by_name["key"], field.message_type.fields_by_name["value"]
-        return MapType(_single_type(key, seen), _single_type(value, seen), True)
+        return T.MapType(_single_type(key, seen), _single_type(value, seen), True)
     single = _single_type(field, seen)
-    return ArrayType(single, True) if _repeated(field) else single
+    return T.ArrayType(single, True) if _repeated(field) else single
 
 
-def _single_type(field, seen) -> DataType:
+def _single_type(field, seen) -> T.DataType:
     if field.type != TYPE_MESSAGE:
         return SCALARS[field.type]
     name = field.message_type.full_name
     if name == TIMESTAMP:
-        return TimestampType()
+        return T.TimestampType()
     if name in WRAPPERS:
         return _single_type(field.message_type.fields_by_name["value"], seen)
     return _struct(field.message_type, seen)
