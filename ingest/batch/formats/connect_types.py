@@ -188,12 +188,7 @@ def _fits_scale(decimal_text: Column, scale: int) -> Column:
 def _timestamp(field: Field, declared: T.DataType, named: Column) -> Converted:
     encoding = F.coalesce(named, F.lit(DEBEZIUM_TIME + "Timestamp"))
     number = field.text.try_cast("bigint")
-    micros = None
-    for name, per_second in TIMESTAMP_UNITS.items():
-        scaled = _to_micros(number, per_second)
-        micros = (micros.when(encoding == name, scaled) if micros is not None
-                  else F.when(encoding == name, scaled))
-    assert micros is not None
+    micros = _micros_by_encoding(number, encoding, TIMESTAMP_UNITS)
     in_range = micros.between(MIN_MICROS, MAX_MICROS)
     instant = F.when(in_range, F.timestamp_micros(micros))
     if isinstance(declared, T.TimestampNTZType):
@@ -210,6 +205,16 @@ def _timestamp(field: Field, declared: T.DataType, named: Column) -> Converted:
     out_of_range = _reason(field, F.format_string("%s (%s since the epoch)", encoding, _unit(encoding)),
                            "is outside years 1-9999 as")
     return Converted(value, F.when(failed, F.when(why.isNotNull(), out_of_range).otherwise(reason)))
+
+
+def _micros_by_encoding(number: Column, encoding: Column, units: dict[str, int]) -> Column:
+    """`number` in microseconds, scaled by the unit its encoding names (null for another encoding)."""
+    names = iter(units.items())
+    name, per_second = next(names)
+    micros = F.when(encoding == name, _to_micros(number, per_second))
+    for name, per_second in names:
+        micros = micros.when(encoding == name, _to_micros(number, per_second))
+    return micros
 
 
 def _to_micros(number: Column, per_second: int) -> Column:
@@ -259,13 +264,7 @@ def _date(field: Field, named: Column) -> Converted:
 def _text(field: Field, named: Column) -> Converted:
     """A STRING column keeps the text, but a time of day written as a number becomes
     HH:mm:ss.ffffff (a Delta table has no TIME type)."""
-    number = field.text.try_cast("bigint")
-    of_day = None
-    for name, per_second in TIME_UNITS.items():
-        micros = _to_micros(number, per_second)
-        of_day = (of_day.when(named == name, micros) if of_day is not None
-                  else F.when(named == name, micros))
-    assert of_day is not None
+    of_day = _micros_by_encoding(field.text.try_cast("bigint"), named, TIME_UNITS)
     valid = of_day.between(0, MICROS_PER_DAY)
     clock = F.format_string("%02d:%02d:%02d.%06d", (of_day / F.lit(3_600_000_000)).cast("int"),
                             (of_day % F.lit(3_600_000_000) / F.lit(60_000_000)).cast("int"),
