@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ingest.cli.options import load_one
+from ingest.cli.options import load_one, pipeline_file
 from ingest.cli.output import OK, to_json
 from ingest.spec.settings import mask
 
@@ -19,7 +19,7 @@ def add(commands, parents) -> None:
         "table's delta.deletedFileRetentionDuration. With hard deletes, the delete log too: "
         "VACUUM first purges the deletes logged longer ago than maintenance.delete_log_retain. "
         "With neither flag, both run.")
-    command.add_argument("file", metavar="FILE", help="pipeline file")
+    pipeline_file(command)
     command.add_argument("--optimize", action="store_true", help="compact small files")
     command.add_argument("--vacuum", action="store_true", help="delete files no version still needs")
     command.add_argument("--zorder", action="store_true", help="with --optimize: Z-order the target by _uid")

@@ -7,6 +7,7 @@ import argparse
 import json
 from datetime import datetime, timezone
 
+from ingest.kafka.offsets import Offsets, from_json
 from ingest.spec.loader import Loaded, load_file
 from ingest.spec.settings import DEFAULT_ENV, Settings, load_settings
 
@@ -19,6 +20,11 @@ def environment() -> argparse.ArgumentParser:
     options.add_argument("--conf-dir", default=None, metavar="DIR",
                          help="folder of ENV.yaml files (default: $INGEST_CONF_DIR or ./conf)")
     return options
+
+
+def pipeline_file(command: argparse.ArgumentParser) -> None:
+    """The FILE argument of a command that reads one pipeline."""
+    command.add_argument("file", metavar="FILE", help="a pipeline file")
 
 
 def settings_of(args) -> Settings:
@@ -52,10 +58,9 @@ def timestamp_ms(text: str) -> int:
     return int(moment.timestamp() * 1000)
 
 
-def offsets_json(text: str) -> dict:
+def offsets_json(text: str) -> Offsets:
     try:
-        raw = json.loads(text)
-        return {str(t): {int(p): int(o) for p, o in parts.items()} for t, parts in raw.items()}
+        return from_json(json.loads(text))
     except (ValueError, AttributeError, TypeError):
         raise argparse.ArgumentTypeError(f"{text!r} is not {{topic: {{partition: offset}}}} JSON") from None
 

@@ -12,7 +12,7 @@ import textwrap
 
 from ingest.batch.commit import ledger
 from ingest.batch.merge.condition import merge_condition, upsert_condition
-from ingest.cli.options import load_one, settings_of
+from ingest.cli.options import load_one, pipeline_file, settings_of
 from ingest.cli.output import OK, to_json
 from ingest.errors import IngestError
 from ingest.kafka.source import kafka_options
@@ -33,7 +33,7 @@ def add(commands, parents) -> None:
                                   description="Print the resolved pipeline (secrets masked), the "
                                   "Kafka options, the target, the dead-letter table, the "
                                   "transaction id scheme and the MERGE condition.")
-    command.add_argument("file", metavar="FILE", help="a pipeline file")
+    pipeline_file(command)
     command.add_argument("--json", action="store_true", help="print the plan as JSON")
 
 

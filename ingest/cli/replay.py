@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from ingest.cli.options import load_one, offsets_json, timestamp_ms
+from ingest.cli.options import load_one, offsets_json, pipeline_file, timestamp_ms
 from ingest.cli.output import OK
 from ingest.spec.settings import mask
 
@@ -19,7 +19,7 @@ def add(commands, parents) -> None:
         "transform, under the replay's own checkpoint and transaction ids; the pipeline's checkpoint "
         "is not touched. Idempotent by uid (insert_only: a uid already there is a no-op; upsert: "
         "the later order_by wins). Records already in the dead letters are not replayed.")
-    command.add_argument("file", metavar="FILE", help="pipeline file")
+    pipeline_file(command)
     start = command.add_mutually_exclusive_group(required=True)
     start.add_argument("--from-timestamp", metavar="T", type=timestamp_ms,
                        help="ISO 8601 (UTC unless it has an offset) or Unix milliseconds")

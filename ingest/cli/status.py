@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ingest.cli.options import load_one
+from ingest.cli.options import load_one, pipeline_file
 from ingest.cli.output import CHECK_FAILED, OK, audit_figure, render_per_table, to_json
 from ingest.spec.settings import mask
 from ingest.spec.template import is_per_topic
@@ -20,7 +20,7 @@ def add(commands, parents) -> None:
         "offset recorded in the Delta log and the lag (end minus where the next run starts); the "
         "last batch; and what any disagreement means. Exit 1 when the broker does not answer or "
         "a warning says data may be at risk.")
-    command.add_argument("file", metavar="FILE", help="a pipeline file")
+    pipeline_file(command)
     command.add_argument("--json", action="store_true", help="print the report as JSON")
 
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from ingest.cli.options import load_one
+from ingest.cli.options import load_one, pipeline_file
 from ingest.cli.output import CHECK_FAILED, OK, render_per_table, to_json
 from ingest.spec.settings import mask
 
@@ -17,7 +17,7 @@ def add(commands, parents) -> None:
         "the target (by uid), the dead letters (by offset) or the transform.where filter: "
         "duplicate uids, missing uids, unaccounted offsets. Records the pipeline has not consumed "
         "yet are counted, not audited. Exit 1 on any finding.")
-    command.add_argument("file", metavar="FILE", help="a pipeline file")
+    pipeline_file(command)
     command.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
