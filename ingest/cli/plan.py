@@ -20,7 +20,7 @@ from ingest.spec import template
 from ingest.spec.document import to_document, to_yaml
 from ingest.spec.loader import Loaded
 from ingest.spec.model import REGISTRY_FORMATS, Pipeline
-from ingest.spec.settings import Settings, mask, mask_mapping
+from ingest.spec.settings import Settings, mask, mask_mapping, mask_values
 
 NEEDS_SPARK = False  # a plan is read from the spec; the few parts that need pyspark import it themselves
 INDENT = "  "
@@ -80,15 +80,7 @@ def plan_document(loaded: Loaded, settings: Settings) -> dict:
         "merge": _merge(pipeline),
         "warnings": [w.render() for w in loaded.warnings],
     }
-    return _masked_values(document, pipeline.secret_values)
-
-
-def _masked_values(value, secrets):
-    if isinstance(value, dict):
-        return {key: _masked_values(item, secrets) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_masked_values(item, secrets) for item in value]
-    return mask(value, secrets) if isinstance(value, str) else value
+    return mask_values(document, pipeline.secret_values)
 
 
 def _section(title: str, body: str) -> str:

@@ -118,6 +118,15 @@ def mask_mapping(values: Any) -> Any:
     return values
 
 
+def mask_values(values: Any, secret_values: Iterable[str]) -> Any:
+    """A copy of nested dicts/lists with `mask` applied to every text in them."""
+    if isinstance(values, Mapping):
+        return {key: mask_values(value, secret_values) for key, value in values.items()}
+    if isinstance(values, (list, tuple)):
+        return [mask_values(value, secret_values) for value in values]
+    return mask(values, secret_values) if isinstance(values, str) else values
+
+
 def conf_path(env: str, conf_dir: str | Path | None = None) -> Path:
     """`<conf_dir>/<env>.yaml`, or `.yml` when only that one exists."""
     folder = Path(conf_dir if conf_dir is not None else os.environ.get("INGEST_CONF_DIR", "conf"))
