@@ -26,6 +26,12 @@ class RunFailed(IngestError):
         self.pipeline, self.batch_id, self.offsets, self.cause = pipeline, batch_id, offsets, cause
 
 
+class UnsupportedSchema(IngestError):
+    """An Avro or Protobuf schema with a shape ingest cannot map to Spark columns (a
+    recursive record or message, a union of several types, .proto text instead of
+    descriptors); one error for both formats, so a caller need not know which."""
+
+
 class Retriable:
     """Marker mixin: the operation may succeed if tried again as is."""
 

@@ -25,7 +25,7 @@ from pyspark.sql import types as T
 
 from ingest.batch.formats import wire
 from ingest.batch.staged import NOT_FRAMED, NULL_VALUE, unknown_schema
-from ingest.errors import IngestError
+from ingest.errors import UnsupportedSchema
 
 PRIMITIVES: dict[str, T.DataType] = {
     "boolean": T.BooleanType(), "int": T.IntegerType(), "long": T.LongType(), "float": T.FloatType(),
@@ -52,10 +52,6 @@ CONNECT_TYPES: dict[str, T.DataType] = {
     **{name: T.StringType() for name in _TIMES}, _VARIABLE_SCALE_DECIMAL: T.StringType()}
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MAX_DECIMAL_DIGITS = 38  # Spark's; Debezium writes precision 64 where the column has none
-
-
-class UnsupportedSchema(IngestError):
-    """A reader schema this decoder cannot map to Spark columns (bad input: exit 2)."""
 
 
 def parse(schema_text: str) -> dict:

@@ -23,7 +23,7 @@ from pyspark.sql import types as T
 
 from ingest.batch.formats import wire
 from ingest.batch.staged import NOT_FRAMED, NULL_VALUE, unknown_schema
-from ingest.errors import IngestError
+from ingest.errors import UnsupportedSchema
 
 # FieldDescriptor.TYPE_* -> Spark type
 SCALARS: dict[int, T.DataType] = {
@@ -37,10 +37,6 @@ WRAPPERS = {f"google.protobuf.{name}Value" for name in
             ("Double", "Float", "Int64", "UInt64", "Int32", "UInt32", "Bool", "String", "Bytes")}
 TIMESTAMP = "google.protobuf.Timestamp"
 BUILTIN_PREFIXES = ("google/protobuf/", "google/type/", "confluent/")
-
-
-class UnsupportedProtobuf(IngestError):
-    """A reader message this decoder cannot map to Spark columns (bad input)."""
 
 
 @dataclass(frozen=True)
@@ -61,7 +57,7 @@ def from_registry_text(text: str) -> bytes:
     try:
         return base64.b64decode(text, validate=True)
     except ValueError:
-        raise UnsupportedProtobuf("the registry gave the schema as .proto text, not serialized; "
+        raise UnsupportedSchema("the registry gave the schema as .proto text, not serialized; "
                                   "expected a registry that answers format=serialized") from None
 
 
@@ -137,7 +133,7 @@ def spark_schema(descriptor) -> T.StructType:
 
 def _struct(descriptor, seen: tuple[str, ...]) -> T.StructType:
     if descriptor.full_name in seen:
-        raise UnsupportedProtobuf(f"message {descriptor.full_name} contains itself; recursive "
+        raise UnsupportedSchema(f"message {descriptor.full_name} contains itself; recursive "
                                   "messages have no Spark type")
     seen = seen + (descriptor.full_name,)
     return T.StructType([T.StructField(f.name, _field_type(f, seen), True) for f in descriptor.fields])

@@ -19,7 +19,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from ingest.batch.formats import avro, protobuf
 from ingest.batch.formats.registry import RegistryClient, SchemaNotFound
-from ingest.errors import IngestError
+from ingest.errors import IngestError, UnsupportedSchema
 from ingest.spec.model import Source
 from ingest.spec.proto_file import ProtoFileError, compile_proto
 
@@ -99,7 +99,7 @@ class SchemaDecoder:
             if self.format == "protobuf":
                 return proto_schema(self.client, self.client.schema_by_id(schema_id, serialized=True))
             return self.client.schema_by_id(schema_id).text
-        except (SchemaNotFound, protobuf.UnsupportedProtobuf):
+        except (SchemaNotFound, UnsupportedSchema):
             return None  # its records become dead letters naming the id
 
     def udf(self):

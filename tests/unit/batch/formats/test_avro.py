@@ -10,6 +10,7 @@ import pytest
 from fastavro import parse_schema, schemaless_writer
 
 from ingest.batch.formats import avro
+from ingest.errors import UnsupportedSchema
 
 V1 = {"type": "record", "name": "R", "fields": [
     {"name": "id", "type": "string"}, {"name": "n", "type": "int"}]}
@@ -46,7 +47,7 @@ def test_spark_types_of_logical_types_unions_and_nesting():
 
 
 def test_a_union_of_two_types_is_refused_with_the_reason():
-    with pytest.raises(avro.UnsupportedSchema, match="union of 2 non-null types"):
+    with pytest.raises(UnsupportedSchema, match="union of 2 non-null types"):
         avro.spark_schema({"type": "record", "name": "U",
                            "fields": [{"name": "x", "type": ["null", "int", "string"]}]})
 
