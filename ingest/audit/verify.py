@@ -33,10 +33,11 @@ from ingest.batch.formats.decode import decode
 from ingest.batch.merge.dead_letters import FAILURE_STAGES, TOPIC_ID
 from ingest.batch.processor import decode_records, payload_schema, staged_records, upsert_order
 from ingest.batch.staged import RAW, REASON, STAGE, TOMBSTONE
-from ingest.batch.uid import UID, with_uid
+from ingest.batch.uid import with_uid
 from ingest.kafka import admin as kafka_admin
 from ingest.kafka.source import kafka_options
 from ingest.platform import delta
+from ingest.spec.columns import UID
 from ingest.spec.model import Pipeline
 from ingest.spec.sql_check import changing_columns
 

@@ -28,14 +28,14 @@ from pyspark.sql import functions as F
 from ingest.audit.scope import audit_scope, outside_ledger
 from ingest.audit.verify import COORDINATES, Unaccounted, current_topic_ids, dead_letters, read_topic
 from ingest.batch import transform
-from ingest.batch.formats.cdc import DELETE, OP, SEQUENCE, decode_envelope
+from ingest.batch.formats.cdc import decode_envelope
 from ingest.batch.merge.changes import last_changes
 from ingest.batch.merge.dead_letters import FAILURE_STAGES
 from ingest.batch.processor import payload_schema, staged_records
 from ingest.batch.staged import RAW, REASON, STAGE
-from ingest.batch.uid import UID
 from ingest.kafka import admin as kafka_admin
 from ingest.platform.delta import table_exists
+from ingest.spec.columns import DELETE, OP, SEQUENCE, UID
 from ingest.spec.model import Pipeline
 
 EXAMPLES = 5

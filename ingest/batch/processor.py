@@ -37,11 +37,12 @@ from ingest.batch.merge import dead_letters
 from ingest.batch.merge import mode as merge_mode
 from ingest.batch.merge.target import MergeResult, target_schema
 from ingest.batch.staged import KEEP, RAW, REASON, STAGE, TOMBSTONE
-from ingest.batch.uid import UID, mark_one_per_uid, with_uid
+from ingest.batch.uid import mark_one_per_uid, with_uid
 from ingest.kafka import admin as kafka_admin
 from ingest.kafka import checkpoint as spark_checkpoint
 from ingest.kafka.offsets import Offsets
 from ingest.platform.delta import table_exists
+from ingest.spec.columns import UID
 from ingest.spec.model import Pipeline
 
 log = logging.getLogger("ingest.run")

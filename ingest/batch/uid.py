@@ -19,9 +19,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType, TimestampType
 
 from ingest.batch.staged import KEEP, RAW, REASON, STAGE
+from ingest.spec.columns import UID
 from ingest.spec.model import Uid
 
-UID = "_uid"
 FIELD_SEPARATOR = "\u001f"
 
 

@@ -20,10 +20,14 @@ from ingest.spec.model import (
 )
 from ingest.spec.values import Check, did_you_mean
 
+UID = "_uid"  # the record's identity in the target
+SEQUENCE = "_sequence"  # a change's place in its key's order (cdc.sequence)
+OP = "_op"  # a change's Debezium op: c, r, u or d
+DELETE = "d"  # the op that deletes its key
 # Columns ingest adds to the target; the payload may not use them.
-INGEST_COLUMNS = ("_uid", "_topic", "_partition", "_offset", "_kafka_timestamp", "_ingested_at")
+INGEST_COLUMNS = (UID, "_topic", "_partition", "_offset", "_kafka_timestamp", "_ingested_at")
 # ... and with cdc, deletes or history
-CHANGE_COLUMNS = ("_sequence", "_op", "_deleted", "_valid_from", "_valid_to", "_current")
+CHANGE_COLUMNS = (SEQUENCE, OP, "_deleted", "_valid_from", "_valid_to", "_current")
 TIMESTAMP_TYPES = ("TIMESTAMP", "TIMESTAMP_LTZ")
 # `cdc.sequence` values that name the envelope rather than a row column
 ENVELOPE_SEQUENCES = ("ts_ms",)

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 
 from ingest.batch.commit.conflicts import retry_conflicts
 from ingest.batch.merge import delete_log
-from ingest.batch.uid import UID
 from ingest.kafka import admin as kafka_admin
 from ingest.platform.delta import delta_table, table_exists
 from ingest.spec import template
+from ingest.spec.columns import UID
 from ingest.spec.model import Pipeline, Target
 from ingest.spec.values import parse_duration
 

@@ -25,12 +25,10 @@ from pyspark.sql.types import ArrayType, LongType, MapType, StringType, StructFi
 from ingest.batch.formats.connect_types import Field, convert
 from ingest.batch.formats.schemas import SchemaUnavailable
 from ingest.batch.staged import RAW, RAW_FIELDS, REASON, STAGE
+from ingest.spec.columns import DELETE, OP, SEQUENCE
 from ingest.spec.model import Cdc
 
-SEQUENCE = "_sequence"
-OP = "_op"
 OPS = ("c", "r", "u", "d")
-DELETE = "d"
 TOMBSTONE_REASON = "tombstone (a key with a null value): the delete before it again, a no-op"
 _CORRUPT = "__corrupt"
 _UNPARSED = "__unparsed"

@@ -19,14 +19,13 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from ingest.batch.formats.cdc import DELETE, OP, SEQUENCE
 from ingest.batch.merge import delete_log
 from ingest.batch.merge.clauses import When, apply
 from ingest.batch.merge.condition import merge_condition
 from ingest.batch.merge.target import MergeResult, executed, target_rows
 from ingest.batch.staged import RAW
-from ingest.batch.uid import UID
 from ingest.platform.delta import delta_table
+from ingest.spec.columns import DELETE, OP, SEQUENCE, UID
 from ingest.spec.model import Pipeline
 
 DELETED = "_deleted"

@@ -17,11 +17,10 @@ from collections.abc import Mapping, Sequence
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from ingest.batch.formats.cdc import DELETE, OP, SEQUENCE
 from ingest.batch.merge.condition import sql_string
 from ingest.batch.merge.target import create_table
-from ingest.batch.uid import UID
 from ingest.platform.delta import delta_table, table_exists
+from ingest.spec.columns import DELETE, OP, SEQUENCE, UID
 from ingest.spec.model import Pipeline, Target
 
 SUFFIX = "_deletes"

@@ -18,14 +18,13 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from ingest.batch.formats.cdc import DELETE, OP, SEQUENCE
 from ingest.batch.merge.changes import DELETED
 from ingest.batch.merge.clauses import When, apply
 from ingest.batch.merge.condition import merge_condition
 from ingest.batch.merge.target import MergeResult, executed, target_rows
 from ingest.batch.staged import RAW
-from ingest.batch.uid import UID
 from ingest.platform.delta import delta_table
+from ingest.spec.columns import DELETE, OP, SEQUENCE, UID
 from ingest.spec.model import Pipeline
 
 VALID_FROM, VALID_TO, CURRENT = "_valid_from", "_valid_to", "_current"

@@ -11,8 +11,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from ingest.batch.staged import RAW, REASON, STAGE
-from ingest.batch.uid import UID
 from ingest.platform.delta import builder_location, builder_name, delta_table
+from ingest.spec.columns import UID
 from ingest.spec.model import Target
 
 COORDINATE_COLUMNS = ("_topic", "_partition", "_offset", "_kafka_timestamp", "_ingested_at")

@@ -27,15 +27,14 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from ingest.batch.formats.cdc import DELETE, OP
 from ingest.batch.merge import delete_log
 from ingest.batch.merge.changes import DELETED
 from ingest.batch.merge.clauses import When, apply
 from ingest.batch.merge.condition import merge_condition, upsert_condition
 from ingest.batch.merge.target import MergeResult, executed, target_rows
 from ingest.batch.staged import RAW, REASON, STAGE, TOMBSTONE
-from ingest.batch.uid import UID
 from ingest.platform.delta import delta_table
+from ingest.spec.columns import DELETE, OP, UID
 from ingest.spec.model import Pipeline
 
 UPDATE = "u"

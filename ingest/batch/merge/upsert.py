@@ -13,8 +13,8 @@ from pyspark.sql import functions as F
 from ingest.batch.merge.clauses import When, apply
 from ingest.batch.merge.condition import merge_condition, upsert_condition
 from ingest.batch.merge.target import COORDINATE_COLUMNS, MergeResult, executed
-from ingest.batch.uid import UID
 from ingest.platform.delta import delta_table
+from ingest.spec.columns import UID
 from ingest.spec.model import Pipeline
 
 

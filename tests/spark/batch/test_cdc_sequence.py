@@ -7,8 +7,9 @@ import json
 
 from pyspark.sql.types import StructType
 
-from ingest.batch.formats.cdc import SEQUENCE, decode_envelope
+from ingest.batch.formats.cdc import decode_envelope
 from ingest.batch.staged import REASON
+from ingest.spec.columns import SEQUENCE
 from ingest.spec.model import Cdc
 
 RAW = ("topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, key BINARY, value BINARY, "

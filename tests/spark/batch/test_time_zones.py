@@ -9,7 +9,8 @@ from ingest.batch.merge.target import create_table, target_rows
 from ingest.batch.merge.upsert import merge_batch
 from ingest.batch.processor import summarize
 from ingest.batch.staged import RAW, REASON, STAGE
-from ingest.batch.uid import FIELD_SEPARATOR, UID, one_per_uid, with_uid
+from ingest.batch.uid import FIELD_SEPARATOR, one_per_uid, with_uid
+from ingest.spec.columns import UID
 from ingest.spec.model import DeadLetter, DedupHorizon, KafkaSource, Pipeline, Source, Target, Uid
 
 TIME_ZONE = "spark.sql.session.timeZone"
