@@ -37,7 +37,7 @@ LOCAL_DEFAULTS = {
     "spark.driver.memory": "2g",
     "spark.ui.showConsoleProgress": "false",
     # Delta rebuilds the table's file list (log replay) in 50 tasks by default, several
-    # times per MERGE; on a local machine that is most of a small batch (bench/README.md)
+    # times per MERGE; on a local machine that is most of a small batch (bench/results/README.md)
     "spark.databricks.delta.snapshotPartitions": _LOCAL_TASKS,
     # Adaptive execution runs each shuffle's map side as a job of its own: a small batch
     # took 10 jobs with it, 5 without, and half the time (docs/performance.md)
