@@ -4,7 +4,8 @@ A master and one worker (1 core, 1g) from pyspark's own jars, on loopback; the
 Kafka source and the MERGE run on the worker's executor, the micro-batch
 function on the driver, as on any OSS cluster. The second test SIGKILLs the
 executor's JVM mid-run: the worker starts a new one, tasks are retried, and
-the table must still hold every uid exactly once.
+the table must still hold every uid exactly once. An Avro pipeline decodes in the
+executor's Python (an Arrow UDF), with the registry stand-in.
 """
 
 from __future__ import annotations
@@ -279,3 +280,33 @@ def test_a_jar_folder_under_spark_submit_is_refused_with_advice(cluster, spark_j
         stop_group(process)
     assert code == 1, _tail(log)
     assert "give the jars to spark-submit instead: --jars" in log.read_text(), _tail(log)
+
+
+def test_avro_decodes_on_the_standalone_executor(cluster, spark_jars, kafka, sender, topic, registry,
+                                                 tmp_path):
+    """Avro decodes in an Arrow UDF, so in the executor's Python: docs/cluster.md's list of what
+    an executor needs (the wheel, fastavro, pyarrow) is this test's PYSPARK_PYTHON."""
+    from tests.integration.conftest import REGISTRY_PASSWORD, REGISTRY_USER
+    from tests.integration.test_avro import ORDER_V1, order, serialized
+
+    uids = {f"a-{i:03d}" for i in range(1, 21)}
+    for uid in sorted(uids):
+        i = int(uid[2:])
+        sender.send(serialized(registry, topic, ORDER_V1, order(i)), uid=uid, partition=i % 2)
+    sender.flush()
+    document = yaml.safe_load(write_pipeline(tmp_path, topic, batch=1000).read_text())
+    document["source"] = {**document["source"], "format": "avro", "registry": {
+        "url": registry.url, "auth": {"basic": "${SR_USER}:${SR_PASSWORD}"}}}
+    del document["source"]["schema"]
+    pipeline_file = tmp_path / "orders_avro.yaml"
+    pipeline_file.write_text(yaml.safe_dump(document, sort_keys=False))
+    data_root = tmp_path / "data"
+    log = tmp_path / "submit.log"
+    process = cluster.submit(run_args(pipeline_file, spark_jars), log, KAFKA_BOOTSTRAP=kafka.bootstrap,
+                             DATA_ROOT=str(data_root), SR_USER=REGISTRY_USER, SR_PASSWORD=REGISTRY_PASSWORD)
+    finish(process, log, timeout=420)
+
+    target, dead = data_root / "tables" / "orders", data_root / "dead_letter" / "orders"
+    assert sorted(column(target, "_uid")) == sorted(uids), "every Avro record once"
+    assert sorted(column(target, "order_id")) == sorted(f"o{i}" for i in range(1, 21))  # decoded
+    assert not (dead / "_delta_log").exists() or column(dead, "stage") == [], "a record failed to decode"
