@@ -39,7 +39,7 @@ def produce_changes(kafka, topic, seed: int = 7) -> None:
 def cdc_pipeline(folder, topic, name):
     return write_pipeline(folder, topic, name=name,
                           source={"kafka": {"bootstrap_servers": "${KAFKA_BOOTSTRAP}", "topics": [topic],
-                                            "max_offsets_per_trigger": 60},
+                                            "max_offsets_per_trigger": 25},
                                   "format": "json", "schema": "id BIGINT, name STRING, tier STRING"},
                           uid=None, cdc={"key": ["id"]},
                           target={"path": str(folder / "tables" / name), "deletes": "hard"})
