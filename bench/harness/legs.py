@@ -111,27 +111,54 @@ def _await(query) -> int:
     return sum(p["numInputRows"] for p in query.recentProgress)
 
 
+BACKGROUND_JOB_GROUP = "ingest-background"  # prefix of the product's background threads' job groups
+
+
 class JobCount:
-    """Spark jobs started since `mark()`, from the status store (spark.ui.retainedJobs
-    is raised in the bench's session so none is forgotten)."""
+    """Spark jobs started since this was made, from the status store (spark.ui.retainedJobs
+    is raised in the bench's session so none is forgotten), split by job group: a job whose
+    group starts with BACKGROUND_JOB_GROUP runs on ingest's background thread (warming the next
+    snapshot, writing a Delta checkpoint) beside the batches; every other job is one a batch
+    waits for, its critical path."""
 
     def __init__(self, spark):
-        self.store = spark.sparkContext._jsc.sc().statusStore()
-        self.start = self.now()
+        self.context = spark.sparkContext._jsc.sc()
+        self.store = self.context.statusStore()
+        self.first = self._next_job_id()
 
-    def now(self) -> int:
-        return self.store.jobsList(None).size()
+    def _next_job_id(self) -> int:
+        jobs = self.store.jobsList(None)  # newest first
+        return jobs.head().jobId() + 1 if jobs.size() else 0
 
-    def since(self) -> int:
-        return self.now() - self.start
+    def since(self) -> tuple[int, int]:
+        """(critical, background): the jobs started since this was made."""
+        self.context.listenerBus().waitUntilEmpty()  # the last jobs' start events are in the store
+        critical = background = 0
+        jobs = self.store.jobsList(None).iterator()
+        while jobs.hasNext():
+            job = jobs.next()
+            if job.jobId() < self.first:
+                break
+            group = job.jobGroup()
+            if group.isDefined() and group.get().startswith(BACKGROUND_JOB_GROUP):
+                background += 1
+            else:
+                critical += 1
+        return critical, background
 
 
-def batch_figures(query, jobs: int) -> dict:
-    """Per batch with records: the trigger's whole time (ms), and jobs per batch."""
+def batch_figures(query, jobs: tuple[int, int]) -> dict:
+    """Per batch with records: the trigger's whole time (ms); the critical and background jobs
+    (`JobCount.since`), each per batch."""
     batches = [p for p in query.recentProgress if p["numInputRows"]]
     millis = [p["durationMs"].get("triggerExecution", 0) for p in batches]
-    return {"batches": len(batches), "batch_ms": millis,
-            "jobs": jobs, "jobs_per_batch": round(jobs / len(batches), 2) if batches else None}
+    critical, background = jobs
+
+    def per_batch(count: int):
+        return round(count / len(batches), 2) if batches else None
+
+    return {"batches": len(batches), "batch_ms": millis, "jobs": critical, "background_jobs": background,
+            "jobs_per_batch": per_batch(critical), "background_jobs_per_batch": per_batch(background)}
 
 
 def spark_noop(bench, topic: Topic, root: Path) -> Outcome:
