@@ -120,6 +120,8 @@ def ratios(results: dict) -> dict:
     lat = (results.get("latency") or {}).get("runs", [])
     if lat:
         found["LAT"] = _per_rep_ratio(lat, "leg", "ingest", "plain_append", lambda r: r["p99_ms"])
+        found["LAT_without_checkpoints"] = _per_rep_ratio(lat, "leg", "ingest", "plain_append",
+                                                          lambda r: r.get("p99_without_checkpoints_ms"))
     g1 = (results.get("g1") or {}).get("runs", [])
     if g1:
         found["G1"] = _per_rep_ratio(g1, "commits", 1000, 10, lambda r: r["batch_ms"])
@@ -200,11 +202,20 @@ def latency_lines(results: dict) -> list[str]:
     for leg in dict.fromkeys(r["leg"] for r in lat["runs"]):
         mine = [r for r in lat["runs"] if r["leg"] == leg]
         rows.append([leg, _median([r["p50_ms"] for r in mine]), _median([r["p99_ms"] for r in mine]),
-                     ", ".join(f"{r['p99_ms']}" for r in mine), f"{sum(r['visible'] for r in mine):,} of "
-                     f"{sum(r['sent'] for r in mine):,}"])
-    return ([f"Latency, {lat['rate']} records/s for {lat['seconds']} s, trigger {lat['trigger']} "
-             "(plot: `latency.png`):", ""] +
-            _table(["leg", "median p50 ms", "median p99 ms", "p99 per repetition", "records visible"], rows))
+                     ", ".join(f"{r['p99_ms']}" for r in mine),
+                     _median([r.get("p99_without_checkpoints_ms") for r in mine]),
+                     ", ".join(f"{r.get('checkpoint_batches', '-')} of {len(r.get('batches', []))}" for r in mine),
+                     f"{sum(r['visible'] for r in mine):,} of {sum(r['sent'] for r in mine):,}"])
+    lines = ([f"Latency, {lat['rate']} records/s for {lat['seconds']} s, trigger {lat['trigger']} "
+              "(plot: `latency.png`, per batch on the right):", ""] +
+             _table(["leg", "median p50 ms", "median p99 ms", "p99 per repetition",
+                     "median p99 ms without checkpoint batches", "checkpoint batches per repetition",
+                     "records visible"], rows))
+    clear = ratios(results).get("LAT_without_checkpoints") or {}
+    if clear.get("median") is not None:
+        lines += ["", f"LAT without the batches that wrote a Delta checkpoint and the batches after them: "
+                      f"{clear['median']:.2f} (per repetition {', '.join(f'{v:.2f}' for v in clear['per_rep'])})"]
+    return lines
 
 
 def r2_lines(summary: dict) -> list[str]:
@@ -332,15 +343,17 @@ def pyplot():
     return plt
 
 
-def draw(path: Path, paint) -> bool:
-    """One chart into `path`: `paint(axis)` draws it (and its labels); False without matplotlib."""
+def draw(path: Path, paint, panels: int = 1) -> bool:
+    """One chart into `path`: `paint(axis)` draws it (and its labels), or with `panels` > 1,
+    `paint(axes)` draws them side by side; False without matplotlib."""
     plt = pyplot()
     if plt is None:
         return False
-    figure, axis = plt.subplots(figsize=(8, 5), dpi=110)
-    paint(axis)
-    axis.grid(alpha=0.3)
-    axis.legend()
+    figure, axes = plt.subplots(1, panels, figsize=(8 * panels, 5), dpi=110, squeeze=False)
+    paint(axes[0][0] if panels == 1 else list(axes[0]))
+    for axis in axes[0]:
+        axis.grid(alpha=0.3)
+        axis.legend()
     figure.tight_layout()
     figure.savefig(path)
     plt.close(figure)

@@ -5,6 +5,8 @@ leg's query runs (`ingest`'s query, or the plain append). A record's latency is
 the timestamp of the Delta commit that made it visible (commitInfo.timestamp of
 the version that added its file) minus its Kafka timestamp (the producer's
 create time): both clocks are this machine's. Legs alternate, one topic each.
+Per batch (commit), the versions a Delta checkpoint was written for are marked,
+and p99 is also given without the checkpoint batches and the batches after them.
 """
 
 from __future__ import annotations
@@ -64,27 +66,55 @@ def bench_topic(name: str) -> Topic:
     return Topic(name, 2, 0, 0, Path("/dev/null"))
 
 
-def commit_times(target: str) -> dict[str, int]:
-    """Data file name -> the commit timestamp (ms) of the version that added it."""
+def commits(target: str) -> dict[str, tuple[int, int]]:
+    """Data file name -> (version, commit timestamp in ms) of the commit that added it."""
     added = {}
     for log in sorted(Path(target, "_delta_log").glob("*.json")):
+        version = int(log.name.split(".")[0])
         actions = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
         stamp = next((a["commitInfo"]["timestamp"] for a in actions if "commitInfo" in a), None)
         for action in actions:
             if "add" in action and stamp is not None:
-                added[Path(urllib.parse.unquote(action["add"]["path"])).name] = stamp
+                added[Path(urllib.parse.unquote(action["add"]["path"])).name] = (version, stamp)
     return added
 
 
-def latencies(spark, target: str) -> list[int]:
+def checkpoint_versions(target: str) -> set[int]:
+    """The versions a Delta checkpoint was written for (classic, multi-part or V2 checkpoints)."""
+    return {int(f.name.split(".")[0]) for f in Path(target, "_delta_log").glob("*.checkpoint*")
+            if not f.name.endswith(".crc")}
+
+
+def latencies(spark, target: str) -> list[tuple[int, int]]:
+    """(commit version, latency in ms) of every visible record."""
     from pyspark.sql import functions as F
 
-    stamps = commit_times(target)
+    stamps = commits(target)
     rows = (spark.read.format("delta").load(target)
             .select((F.unix_millis("_kafka_timestamp")).alias("ms"), F.col("_metadata.file_path").alias("f"))
             .collect())
-    return [stamps[Path(urllib.parse.unquote(r.f)).name] - r.ms for r in rows
-            if Path(urllib.parse.unquote(r.f)).name in stamps]
+    found = [stamps.get(Path(urllib.parse.unquote(r.f)).name) for r in rows]
+    return [(commit[0], commit[1] - r.ms) for r, commit in zip(rows, found, strict=True) if commit]
+
+
+def per_batch(target: str, records: list[tuple[int, int]]) -> list[dict]:
+    """One entry per commit that made records visible (a batch): its version, when it committed
+    (s after the run's first such commit), its records' latencies, and whether a Delta
+    checkpoint was written for its version (`checkpoint`) or for the batch before
+    (`after_checkpoint`: Delta writes a checkpoint after the commit, so the batch that wrote one
+    ends later, and the records the next batch takes waited for it)."""
+    stamps = {version: stamp for version, stamp in commits(target).values()}
+    by_version: dict[int, list[int]] = {}
+    for version, millis in records:
+        by_version.setdefault(version, []).append(millis)
+    checkpoints = checkpoint_versions(target)
+    versions = sorted(by_version)
+    first = stamps[versions[0]] if versions else 0
+    return [{"version": v, "committed_s": round((stamps[v] - first) / 1000, 2), "records": len(by_version[v]),
+             "p50_ms": _percentile(by_version[v], 0.5), "max_ms": max(by_version[v]),
+             "checkpoint": v in checkpoints,
+             "after_checkpoint": i > 0 and versions[i - 1] in checkpoints}
+            for i, v in enumerate(versions)]
 
 
 def _percentile(values: list[int], share: float):
@@ -111,32 +141,55 @@ def run_all(bench, reps: int, log) -> dict:
                     time.sleep(1)
             finally:
                 query.stop()
-            values = latencies(bench.spark, target)
+            records = latencies(bench.spark, target)
+            values = [millis for _, millis in records]
+            batches = per_batch(target, records)
+            near_checkpoint = {b["version"] for b in batches if b["checkpoint"] or b["after_checkpoint"]}
+            clear = [millis for version, millis in records if version not in near_checkpoint]
             run = {"leg": leg, "rep": rep, "sent": sent, "visible": len(values),
                    "p50_ms": _percentile(values, 0.5), "p99_ms": _percentile(values, 0.99),
-                   "max_ms": max(values) if values else None, "latencies_ms": sorted(values)}
+                   "p99_without_checkpoints_ms": _percentile(clear, 0.99),
+                   "checkpoint_batches": sum(b["checkpoint"] for b in batches),
+                   "max_ms": max(values) if values else None, "latencies_ms": sorted(values), "batches": batches}
             log(f"  latency {leg:13} rep {rep}: {len(values)} of {sent} visible, p50 {run['p50_ms']} ms, "
-                f"p99 {run['p99_ms']} ms")
+                f"p99 {run['p99_ms']} ms, {run['p99_without_checkpoints_ms']} ms without the "
+                f"{run['checkpoint_batches']} checkpoint batches of {len(batches)} and those after them")
             runs.append(run)
     return {"rate": RATE, "seconds": SECONDS, "trigger": TRIGGER, "runs": runs}
 
 
 def plot(results: dict, path: Path) -> bool:
+    """Left: the share of records by latency. Right: each batch's slowest record against when
+    the batch committed, the batches that wrote a Delta checkpoint marked."""
     lat = results["latency"]
+    colors = {"plain_append": "tab:gray", "ingest": "tab:blue"}
 
-    def paint(axis) -> None:
-        for leg, color in (("plain_append", "tab:gray"), ("ingest", "tab:blue")):
+    def paint(axes) -> None:
+        by_record, by_batch = axes
+        for leg, color in colors.items():
             for i, run in enumerate(r for r in lat["runs"] if r["leg"] == leg):
                 values = [v / 1000 for v in run["latencies_ms"]]
                 if not values:
                     continue
-                axis.plot(values, [k / len(values) for k in range(1, len(values) + 1)], color=color,
-                          alpha=0.8, label=leg if i == 0 else None)
-        axis.set_xlabel("produce-to-visible latency (s)")
-        axis.set_ylabel("share of records")
-        axis.set_title(f"{lat['rate']} records/s for {lat['seconds']} s, processing-time trigger {lat['trigger']}")
+                label = leg if i == 0 else None
+                by_record.plot(values, [k / len(values) for k in range(1, len(values) + 1)], color=color,
+                               alpha=0.8, label=label)
+                batches = run.get("batches", [])
+                by_batch.plot([b["committed_s"] for b in batches], [b["max_ms"] / 1000 for b in batches],
+                              color=color, alpha=0.6, linewidth=1, label=label)
+                marked = [b for b in batches if b["checkpoint"]]
+                by_batch.scatter([b["committed_s"] for b in marked], [b["max_ms"] / 1000 for b in marked],
+                                 color=color, edgecolors="black", marker="D", zorder=3,
+                                 label=f"{leg}: batch that wrote a Delta checkpoint" if i == 0 and marked else None)
+        by_record.set_xlabel("produce-to-visible latency (s)")
+        by_record.set_ylabel("share of records")
+        by_record.set_title(f"{lat['rate']} records/s for {lat['seconds']} s, trigger {lat['trigger']}")
+        by_batch.set_xlabel("commit time (s after the run's first commit)")
+        by_batch.set_ylabel("the batch's slowest record (s)")
+        by_batch.set_title("per batch")
+        by_batch.set_ylim(bottom=0)
 
-    return draw(path, paint)
+    return draw(path, paint, panels=2)
 
 
 if __name__ == "__main__":  # this part alone, kept beside the suite's results as latency.json
