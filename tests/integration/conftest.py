@@ -139,6 +139,16 @@ def crash_at(spark, pipeline, point: str) -> None:
     raise AssertionError(f"{point}: the run finished without reaching the fault point")
 
 
+def ingest_run(pipeline_file, capsys) -> tuple[int, str]:
+    """`ingest run FILE --once` as cli.main runs it, on this process's session (the test sets
+    the file's variables, KAFKA_BOOTSTRAP, in the environment): its exit code and what it printed."""
+    from ingest.cli import main
+
+    code = main(["run", str(pipeline_file), "--once"])
+    said = capsys.readouterr()
+    return code, said.out + said.err
+
+
 def table(spark, path):
     return spark.read.format("delta").load(path)
 
