@@ -190,6 +190,17 @@ def l1_lines(results: dict) -> list[str]:
                    "background jobs per batch", "duplicate uids"], rows)
 
 
+def p1_duplicate_lines(results: dict, summary: dict) -> list[str]:
+    """What P1's peer lets through that ingest does not: the topic's late retries."""
+    late = results.get("data", {}).get("late_retries")
+    legs = summary.get("legs", {})
+    if not late or "spark_dedup" not in legs or "ingest" not in legs:
+        return []
+    return [f"P1's data holds {late} late retries (a uid sent again with a `ts` over "
+            f"the peer's watermark delay after its original): duplicate uids landed by spark_dedup "
+            f"{_fmt(legs['spark_dedup']['duplicate_uids'])}, by ingest {_fmt(legs['ingest']['duplicate_uids'])}.", ""]
+
+
 def _dup_missing(s: dict) -> str:
     if s.get("duplicate_uids") is None:
         return "-"
@@ -273,6 +284,7 @@ def text_report(results: dict, summary: dict) -> str:
     lines += ratio_lines(summary) + [""]
     if summary.get("legs"):
         lines += ["Throughput legs (median over repetitions):", ""] + leg_lines(summary) + [""]
+        lines += p1_duplicate_lines(results, summary)
     for part in ("l1", "latency", "g1"):
         if (results.get(part) or {}).get("error"):
             lines += [f"{part}: not measured, {results[part]['error']}", ""]

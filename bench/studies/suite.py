@@ -122,9 +122,10 @@ def machine() -> dict:
     }
 
 
-def produce(kafka, work: Path, name: str, records: int) -> tuple[Topic, datagen.Produced]:
+def produce(kafka, work: Path, name: str, records: int, late_retries: int = 0) -> tuple[Topic, datagen.Produced]:
     datagen.create_topic(kafka.client_config(), name, PARTITIONS)
-    produced = datagen.produce_topic(kafka.client_config(), name, records, True, work)
+    produced = datagen.produce_topic(kafka.client_config(), name, records, True, work,
+                                     late_retries=late_retries, partitions=PARTITIONS)
     return Topic(name, PARTITIONS, produced.sent, produced.unique, produced.uids_file), produced
 
 
@@ -201,12 +202,13 @@ def run(args) -> dict:
     # a shared machine under load can take minutes to start a JVM
     with LocalKafka(work_dir=fresh_dir(work / "kafka"), start_timeout_s=300) as kafka:
         log(f"producing {scale.records:,} records ({scale.name} run)")
-        topic, produced = produce(kafka, work, "bench-events", scale.records)
+        topic, produced = produce(kafka, work, "bench-events", scale.records, datagen.LATE_RETRIES)
         small, _ = produce(kafka, work, "bench-small", scale.r4_records)
         l1_topic = produce(kafka, work, "bench-l1", scale.l1_records)[0] if "l1" in parts else None
         results["data"] = {"topic": topic.name, "records": topic.records, "unique": topic.unique,
                            "aborted": produced.aborted, "value_bytes": produced.value_bytes,
-                           "partitions": PARTITIONS, "produce_seconds": round(produced.seconds, 1)}
+                           "partitions": PARTITIONS, "produce_seconds": round(produced.seconds, 1),
+                           "late_retries": produced.late_retries}
         if "r4" in parts:
             log("R4: time to first commit, fresh processes")
             results["r4"] = first_commit.run_all(kafka, small.name, scale.r4_records, work, args.reps, log)
