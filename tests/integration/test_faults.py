@@ -1,5 +1,9 @@
-"""Checkpoint loss, retention gaps, a second running copy and a broker restart,
-each with `ingest run` as a real process."""
+"""Checkpoint loss, retention gaps, a second running copy and a broker restart.
+
+`ingest run` runs as cli.main runs it, on this process's session, where what is
+tested is what the run does; as a real process where it is the process: the copy
+the second one meets and then crashes (SIGKILL, its lease left behind), and the
+run a SIGTERM stops."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from ingest.kafka.local_broker import LocalKafka, create_topic
+from tests.integration.conftest import ingest_run
 from tests.integration.processes import IngestProcess, wait_for, write_pipeline
 
 
@@ -30,22 +35,27 @@ def dead_letter_count(spark, folder, name="crashy"):
     return spark.read.format("delta").load(str(folder / "dead_letter" / name)).count()
 
 
-def run_to_end(pipeline_file, kafka, log, **kwargs) -> str:
-    process = IngestProcess(pipeline_file, kafka.bootstrap, log, **kwargs)
-    code = process.wait(timeout=300)
-    assert code == 0, process.output()[-3000:]
-    return process.output()
+def run_to_end(pipeline_file, capsys) -> str:
+    code, said = ingest_run(pipeline_file, capsys)
+    assert code == 0, said[-3000:]
+    return said
 
 
-def test_lost_checkpoint_resumes_from_the_delta_log(spark, kafka, topic, tmp_path):
+@pytest.fixture
+def bootstrap(kafka, monkeypatch):
+    """The pipeline files' ${KAFKA_BOOTSTRAP}, for the runs in this process."""
+    monkeypatch.setenv("KAFKA_BOOTSTRAP", kafka.bootstrap)
+
+
+def test_lost_checkpoint_resumes_from_the_delta_log(spark, kafka, bootstrap, topic, tmp_path, capsys):
     pipeline_file = write_pipeline(tmp_path, topic)
     send(kafka, topic, [f"a{i}" for i in range(50)])
     send(kafka, topic, ["bad"], value=b"not json")
-    run_to_end(pipeline_file, kafka, tmp_path / "first.log")
+    run_to_end(pipeline_file, capsys)
 
     shutil.rmtree(tmp_path / "checkpoints")
     send(kafka, topic, [f"b{i}" for i in range(30)] + [f"a{i}" for i in range(10)], partition=1)
-    output = run_to_end(pipeline_file, kafka, tmp_path / "second.log")
+    output = run_to_end(pipeline_file, capsys)
 
     assert "resuming from the offsets recorded in the Delta log of" in output
     uids = target_uids(spark, tmp_path)
@@ -54,45 +64,49 @@ def test_lost_checkpoint_resumes_from_the_delta_log(spark, kafka, topic, tmp_pat
     assert dead_letter_count(spark, tmp_path) == 1
 
 
-def test_records_lost_to_retention_stop_the_run(spark, kafka, topic, tmp_path):
+def test_records_lost_to_retention_stop_the_run(spark, kafka, bootstrap, topic, tmp_path, capsys):
     pipeline_file = write_pipeline(tmp_path, topic)
     send(kafka, topic, [f"a{i}" for i in range(20)])
-    run_to_end(pipeline_file, kafka, tmp_path / "first.log")
+    run_to_end(pipeline_file, capsys)
     send(kafka, topic, [f"b{i}" for i in range(20)])
     admin = AdminClient(kafka.client_config())
     deleted = admin.delete_records([TopicPartition(topic, 0, 30)])
     for future in deleted.values():
         future.result(timeout=30)
 
-    stopped = IngestProcess(pipeline_file, kafka.bootstrap, tmp_path / "second.log")
-    assert stopped.wait(timeout=300) == 1
-    assert f"{topic}/0: offsets 20-29 (10 records) were deleted by retention" in stopped.output()
+    code, said = ingest_run(pipeline_file, capsys)
+    assert code == 1
+    assert f"{topic}/0: offsets 20-29 (10 records) were deleted by retention" in said
     assert len(target_uids(spark, tmp_path)) == 20
 
     allowing = write_pipeline(tmp_path, topic, source={
         "kafka": {"bootstrap_servers": "${KAFKA_BOOTSTRAP}", "topics": [topic], "allow_data_loss": True},
         "format": "json", "schema": "order_id STRING NOT NULL, amount DOUBLE, ts TIMESTAMP"})
-    output = run_to_end(allowing, kafka, tmp_path / "third.log")
+    output = run_to_end(allowing, capsys)
     assert "skipping records lost to retention" in output
     assert sorted(target_uids(spark, tmp_path)) == sorted([f"a{i}" for i in range(20)] +
                                                           [f"b{i}" for i in range(10, 20)])
 
 
-def test_a_second_copy_fails_fast_and_a_crashed_one_does_not_block(spark, kafka, topic, tmp_path):
+def test_a_second_copy_fails_fast_and_a_crashed_one_does_not_block(spark, kafka, bootstrap, topic, tmp_path,
+                                                                    capsys):
     pipeline_file = write_pipeline(tmp_path, topic, trigger={"processing_time": "1 second"})
     send(kafka, topic, [f"a{i}" for i in range(20)])
     first = IngestProcess(pipeline_file, kafka.bootstrap, tmp_path / "first.log", once=False)
     try:
-        wait_for(lambda: (tmp_path / "tables" / "crashy" / "_delta_log").is_dir(), 180, "the first commit")
-        second = IngestProcess(pipeline_file, kafka.bootstrap, tmp_path / "second.log")
-        assert second.wait(timeout=60) == 1
-        assert "already running (host" in second.output()
-        assert f"pid {first.process.pid}" in second.output()
+        # the table's first commit, not its _delta_log folder: the second copy here fails in a
+        # second, and a kill before that commit leaves a folder no run creates the table in
+        first_commit = tmp_path / "tables" / "crashy" / "_delta_log" / f"{0:020}.json"
+        wait_for(first_commit.exists, 180, "the first commit", lambda: first.output()[-2000:])
+        code, said = ingest_run(pipeline_file, capsys)  # the second copy: this process
+        assert code == 1
+        assert "already running (host" in said
+        assert f"pid {first.process.pid}" in said
     finally:
         first.kill()  # a crash: its lease stays behind, naming a dead process
 
     send(kafka, topic, [f"b{i}" for i in range(20)])
-    run_to_end(pipeline_file, kafka, tmp_path / "third.log")
+    run_to_end(pipeline_file, capsys)
     uids = target_uids(spark, tmp_path)
     assert len(uids) == len(set(uids)) == 40
 
@@ -105,7 +119,7 @@ def own_broker(tmp_path):
     broker.close()
 
 
-def test_broker_restart_mid_run(spark, own_broker, tmp_path):
+def test_broker_restart_mid_run(spark, own_broker, tmp_path, monkeypatch, capsys):
     topic = "restarts"
     create_topic(own_broker.client_config(), topic, partitions=2)
     pipeline_file = write_pipeline(tmp_path, topic, trigger={"processing_time": "1 second"})
@@ -125,7 +139,8 @@ def test_broker_restart_mid_run(spark, own_broker, tmp_path):
         assert code == 0, run.output()[-3000:]
     else:  # it may fail instead, but then with a clear error, and a restart completes the work
         assert code == 1 and "error: pipeline crashy failed" in run.output(), run.output()[-3000:]
-        run_to_end(pipeline_file, own_broker, tmp_path / "rerun.log")
+        monkeypatch.setenv("KAFKA_BOOTSTRAP", own_broker.bootstrap)
+        run_to_end(pipeline_file, capsys)
     uids = target_uids(spark, tmp_path)
     assert len(uids) == len(set(uids)) == 100
 
