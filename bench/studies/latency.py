@@ -160,7 +160,7 @@ def run_all(bench, reps: int, log) -> dict:
 
 def plot(results: dict, path: Path) -> bool:
     """Left: the share of records by latency. Right: each batch's slowest record against when
-    the batch committed, the batches that wrote a Delta checkpoint marked."""
+    the batch committed, the batches that wrote a Delta checkpoint and those after them marked."""
     lat = results["latency"]
     colors = {"plain_append": "tab:gray", "ingest": "tab:blue"}
 
@@ -177,10 +177,12 @@ def plot(results: dict, path: Path) -> bool:
                 batches = run.get("batches", [])
                 by_batch.plot([b["committed_s"] for b in batches], [b["max_ms"] / 1000 for b in batches],
                               color=color, alpha=0.6, linewidth=1, label=label)
-                marked = [b for b in batches if b["checkpoint"]]
-                by_batch.scatter([b["committed_s"] for b in marked], [b["max_ms"] / 1000 for b in marked],
-                                 color=color, edgecolors="black", marker="D", zorder=3,
-                                 label=f"{leg}: batch that wrote a Delta checkpoint" if i == 0 and marked else None)
+                for key, face, edge, what in (("checkpoint", color, "black", "batch that wrote a Delta checkpoint"),
+                                              ("after_checkpoint", "none", color, "the batch after it")):
+                    marked = [b for b in batches if b[key]]
+                    by_batch.scatter([b["committed_s"] for b in marked], [b["max_ms"] / 1000 for b in marked],
+                                     facecolors=face, edgecolors=edge, linewidths=1.5, marker="D", zorder=3,
+                                     label=f"{leg}: {what}" if i == 0 and marked else None)
         by_record.set_xlabel("produce-to-visible latency (s)")
         by_record.set_ylabel("share of records")
         by_record.set_title(f"{lat['rate']} records/s for {lat['seconds']} s, trigger {lat['trigger']}")
