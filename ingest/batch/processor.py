@@ -31,6 +31,7 @@ from pyspark.sql.types import StructType
 from ingest.batch import lost_ranges, schema_evolution, transform
 from ingest.batch.commit import faults, ledger
 from ingest.batch.commit.conflicts import retry_conflicts
+from ingest.batch.commit.warm_state import StateWarmer
 from ingest.batch.formats.cdc import decode_envelope
 from ingest.batch.formats.decode import decode
 from ingest.batch.merge import dead_letters
@@ -48,6 +49,7 @@ from ingest.spec.model import Pipeline
 log = logging.getLogger("ingest.run")
 
 STAGES = ("decode", "transform", "uid", "filtered")
+KEPT_SOURCE = "ingest: a batch's MERGE source"
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 # What the MERGE, the ledger and the summary need of the raw record: its coordinates, not its bytes.
 _COORDINATES = ("topic", "partition", "offset", "timestamp")
@@ -126,6 +128,7 @@ class BatchProcessor:
     _ids_end: dict = field(default_factory=dict)  # the end offsets the topic ids were last given for
     _accepted_columns: StructType | None = None  # the batch columns last checked against the target
     _origin_offsets: dict | None = None
+    _warmer: StateWarmer | None = None  # the target's next state, computed beside the next batch
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         self._batch_offsets = None
@@ -166,7 +169,7 @@ class BatchProcessor:
         letters), the cached MERGE source, and the summary whose aggregation filled it."""
         decoded = self._decode(batch_df)
         staged = self._transform_and_uid(decoded, failed=())
-        source = _persisted(self._merge_source(staged), cached)
+        source = _kept_as_leaf(self._merge_source(staged), cached)
         try:
             return staged, source, summarize(source, self.pipeline)
         except Exception as error:  # only a record's data error is handled here
@@ -174,13 +177,12 @@ class BatchProcessor:
                 raise
         # ANSI SQL failed the whole pass on some record: search for it in the decoded
         # records, kept now since the search reads them many times.
-        source.unpersist()
         decoded = _persisted(decoded, cached)
         failed = transform.find_failing(decoded, self.pipeline.transform)
         log.warning("%s: %d record(s) failed the transform; sent to the dead letters",
                     self.pipeline.name, len(failed))
         staged = self._transform_and_uid(decoded, failed)
-        source = _persisted(self._merge_source(staged), cached)
+        source = _kept_as_leaf(self._merge_source(staged), cached)
         return staged, source, summarize(source, self.pipeline)
 
     def _decode(self, batch_df: DataFrame) -> DataFrame:
@@ -227,6 +229,9 @@ class BatchProcessor:
         if not self._target_ready:
             merge_mode.create_tables(session, self.pipeline, rows)
             self._target_ready = True
+            self._warmer = StateWarmer(session, self.pipeline.target)
+        assert self._warmer is not None
+        self._warmer.join()
         # Even with no rows: the commit Delta makes for it (a SetTransaction and the
         # ledger entry, no files) is the batch's record in the target's log, the one
         # log recovery reads.
@@ -237,6 +242,7 @@ class BatchProcessor:
         merged = retry_conflicts(attempt, f"{self.pipeline.name} batch {batch_id}: MERGE into "
                                           f"{self.pipeline.target.location}")
         faults.point("after_target_commit", batch_id)
+        self._warmer.start()
         return merged
 
     def _planned(self, session, batch_id: int, summary: BatchSummary) -> tuple:
@@ -311,6 +317,23 @@ class BatchProcessor:
 def _persisted(frame: DataFrame, cached: ExitStack) -> DataFrame:
     cached.callback(frame.unpersist)
     return frame.persist()
+
+
+def _kept_as_leaf(frame: DataFrame, cached: ExitStack) -> DataFrame:
+    """The MERGE source, kept by the summary's job as a local checkpoint: a leaf of its
+    own plan (its partitioning on `_uid` kept). Every later plan over it (the rows, the
+    MERGE's and Delta's own joins, the write) is then analysed and rendered from that
+    leaf, not from the whole lineage of decode, transform, uid and window again; a
+    cached frame keeps its lineage. Its blocks go when the batch ends."""
+    if getattr(frame, "_jdf", None) is None:  # no JVM at hand (Spark Connect): cache it
+        return _persisted(frame, cached)
+    leaf = frame.localCheckpoint(eager=False)
+    blocks = leaf._jdf.queryExecution().analyzed().rdd()
+    blocks.setName(KEPT_SOURCE)  # so the UI's Storage tab (and a test) can tell it
+    # The context's unpersist, not the RDD's: that one warns on every call that a local
+    # checkpoint cannot be computed again, which is the point here.
+    cached.callback(frame.sparkSession.sparkContext._jsc.sc().unpersistRDD, blocks.id(), False)
+    return leaf
 
 
 def slim(staged: DataFrame) -> DataFrame:

@@ -69,7 +69,8 @@ def _supervise(pipelines, once: bool, secrets, preflight: bool = True, fail_fast
     progress = _ProgressPrinter(secrets)
     supervisor = Supervisor(pipelines, once, on_report=progress.batch, on_note=progress.note,
                             preflight=preflight, fail_fast=fail_fast)
-    session = SessionStart("ingest-run")  # the JVM starts while the leases and the preflight run
+    # the JVM starts while the leases and the preflight run; then Delta's MERGE warms up
+    session = SessionStart("ingest-run", warm_up=True)
     supervisor.claim()  # needs no Spark: a second copy or a dead broker fails in a second
     stopped_by = []
 

@@ -37,6 +37,11 @@ def at_location(session, location: str, is_table: bool):
     return DeltaTable.forName(session, location) if is_table else DeltaTable.forPath(session, location)
 
 
+def delta_log(session, where: Located):
+    """Delta's JVM `DeltaLog` of the table (its snapshots and their state); classic sessions only."""
+    return delta_table(session, where)._jdt.deltaLog()
+
+
 def table_exists(session, where: Located) -> bool:
     from delta.tables import DeltaTable
 

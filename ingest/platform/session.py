@@ -45,6 +45,9 @@ LOCAL_DEFAULTS = {
     # Every SQL execution renders its plan for the UI's SQL tab; the default "formatted"
     # rendering was a fifth of the driver's time in a small batch (docs/performance.md)
     "spark.sql.ui.explainMode": "simple",
+    # Delta 4.4 re-verifies a small table's file list against its checksum after every
+    # commit when the JVM's time zone is not UTC; the commit is as safe without it
+    "spark.databricks.delta.allFilesInCrc.verificationMode.forceOnNonUTC.enabled": "false",
     # Spark's default log config prints INFO on stdout until setLogLevel runs; ours keeps
     # stdout for what `ingest` reports
     "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG_CONFIG}",
@@ -171,8 +174,9 @@ class SessionStart:
     that needs no Spark (`ingest run`: the leases and the broker preflight). If that
     work fails, the caller exits without waiting: pyspark kills a launched JVM at exit."""
 
-    def __init__(self, app_name: str, conf: dict[str, str] | None = None):
+    def __init__(self, app_name: str, conf: dict[str, str] | None = None, warm_up: bool = False):
         self._session = None
+        self._warm_up = warm_up
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._start, args=(app_name, conf),
                                         name="ingest-session-start", daemon=True)
@@ -180,7 +184,12 @@ class SessionStart:
 
     def _start(self, app_name: str, conf: dict[str, str] | None) -> None:
         try:
+            fresh = existing_session() is None and not (on_databricks() or under_spark_submit())
             self._session = get_session(app_name, conf)
+            if self._warm_up and fresh:
+                from ingest.platform import warm_up
+
+                warm_up.start(self._session)
         except BaseException as error:  # handed to whoever asks for the session
             self._error = error
 

@@ -1,19 +1,23 @@
 """One pass per micro-batch: what the processor learns, keeps and commits, on Kafka-shaped rows."""
 
 import json
+import time
 import uuid
 
 from ingest.batch.commit import ledger
-from ingest.batch.processor import BatchProcessor, payload_schema
+from ingest.batch.commit.warm_state import JOB_GROUP
+from ingest.batch.processor import KEPT_SOURCE, BatchProcessor, payload_schema
 from ingest.spec.model import DeadLetter, KafkaSource, Pipeline, Source, Target, Uid
 
 KAFKA_SCHEMA = ("topic STRING, partition INT, offset LONG, timestamp TIMESTAMP, key BINARY, value BINARY, "
                 "headers ARRAY<STRUCT<key: STRING, value: BINARY>>")
 
 
-def kafka_rows(spark, records):
-    """records: (partition, offset, payload bytes, uid header)"""
-    rows = [("orders", p, o, None, None, bytearray(v), [("message-id", bytearray(u.encode()))])
+def kafka_rows(spark, records, padding: bytes = b""):
+    """records: (partition, offset, payload bytes, uid header); `padding`, a header of
+    raw bytes only a dead letter would need"""
+    extra = [("padding", bytearray(padding))] if padding else []
+    rows = [("orders", p, o, None, None, bytearray(v), [("message-id", bytearray(u.encode())), *extra])
             for p, o, v, u in records]
     return spark.createDataFrame(rows, KAFKA_SCHEMA)
 
@@ -39,8 +43,15 @@ def make_processor(spark, kafka, tmp_path):
 
 
 def no_cached_frames(spark) -> bool:
-    """No DataFrame persisted (Delta's own snapshot caches are RDDs, not counted here)."""
-    return spark._jsparkSession.sharedState().cacheManager().isEmpty()
+    """No DataFrame persisted and no batch's MERGE source kept (Delta's own snapshot caches
+    are RDDs of other names, not counted here)."""
+    return spark._jsparkSession.sharedState().cacheManager().isEmpty() and not kept_sources(spark)
+
+
+def kept_sources(spark) -> list[int]:
+    """The bytes each kept MERGE source holds, in memory and on disk."""
+    infos = spark.sparkContext._jsc.sc().getRDDStorageInfo()
+    return [info.memSize() + info.diskSize() for info in infos if info.name() == KEPT_SOURCE]
 
 
 def test_one_pass_counts_offsets_and_uids(spark, kafka, tmp_path):
@@ -71,19 +82,19 @@ def test_the_cached_merge_source_holds_no_raw_bytes(spark, kafka, tmp_path):
     processor, reports, _ = make_processor(spark, kafka, tmp_path)
     seen = []
 
-    def while_cached(report):
-        manager = spark._jsparkSession.sharedState().cacheManager()
-        entries = manager.cachedData()
-        seen.extend(entries.apply(i).cachedRepresentation().schema().treeString()
-                    for i in range(entries.size()))
+    def while_kept(report):
+        seen.append((spark._jsparkSession.sharedState().cacheManager().isEmpty(), kept_sources(spark)))
         reports.append(report)
 
-    processor.on_report = while_cached
-    processor(kafka_rows(spark, [(0, 0, order(1), "u-1")]), 0)
+    processor.on_report = while_kept
+    megabyte = b"x" * 1_000_000
+    processor(kafka_rows(spark, [(0, 0, order(1), "u-1"), (0, 1, order(2), "u-2")], padding=megabyte), 0)
 
-    assert len(seen) == 1  # one cached frame while the batch runs: the MERGE source
-    assert "offset" in seen[0] and "amount" in seen[0]
-    assert "value" not in seen[0] and "headers" not in seen[0] and "key:" not in seen[0]
+    no_frame, kept = seen[0]
+    assert no_frame and len(kept) == 1  # one kept frame while the batch runs: the MERGE source
+    assert 0 < kept[0] < 100_000, f"{kept[0]} bytes kept for two records with 1 MB of headers each"
+    assert reports[0].merged.inserted == 2
+    assert no_cached_frames(spark)  # released when the batch ends
 
 
 def test_a_batch_without_failures_writes_no_dead_letters(spark, kafka, tmp_path):
@@ -106,3 +117,41 @@ def test_empty_and_all_duplicate_batches_still_commit_their_txn(spark, kafka, tm
         (1, 1, 1), (1, 1, 0), (0, 0, 0)]
     assert ledger.txn_version(spark, target, False, app, "orders") == 2
     assert spark.read.format("delta").load(target).count() == 1
+
+
+def jobs_since(spark, first_id: int) -> list[tuple[str, str]]:
+    """(job group, description) of the Spark jobs with an id at or above `first_id`."""
+    context = spark.sparkContext._jsc.sc()
+    context.listenerBus().waitUntilEmpty()  # the last jobs' events are in the store
+    jobs = context.statusStore().jobsList(None).iterator()  # newest first
+    found = []
+    while jobs.hasNext():
+        job = jobs.next()
+        if job.jobId() < first_id:
+            break
+        group, text = job.jobGroup(), job.description()
+        found.append((group.get() if group.isDefined() else "", text.get() if text.isDefined() else job.name()))
+    return found
+
+
+def next_job_id(spark) -> int:
+    jobs = spark.sparkContext._jsc.sc().statusStore().jobsList(None)
+    return jobs.head().jobId() + 1 if jobs.size() else 0
+
+
+def test_the_next_table_state_is_computed_beside_the_next_batch(spark, kafka, tmp_path):
+    processor, reports, app = make_processor(spark, kafka, tmp_path)
+    processor(kafka_rows(spark, [(0, 0, order(1), "u-1")]), 0)
+    deadline = time.monotonic() + 120
+    while not any(group == JOB_GROUP for group, _ in jobs_since(spark, 0)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert any(group == JOB_GROUP for group, _ in jobs_since(spark, 0)), "no job warmed the table's state"
+
+    mark = next_job_id(spark)
+    processor(kafka_rows(spark, [(0, 1, order(2), "u-2")]), 1)
+    batch = [(group, text) for group, text in jobs_since(spark, mark) if group != JOB_GROUP]
+    assert batch, "the batch ran no Spark job"
+    # Without the warm state the MERGE's txn id check computes it: Delta names that job so.
+    assert not [text for _, text in batch if "Compute snapshot" in text], batch
+    assert [r.merged.inserted for r in reports] == [1, 1]
+    assert ledger.txn_version(spark, str(tmp_path / "target"), False, app, "orders") == 1

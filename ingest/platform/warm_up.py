@@ -1,0 +1,47 @@
+"""Delta's MERGE, run once on a scratch table while `ingest run` starts its queries.
+
+A new JVM pays for the first MERGE with seconds of class loading, code generation
+and first planning (`docs/performance.md`, Start-up): in `ingest run` that lands
+on the first batch, after the query's own start-up, in which the driver mostly
+waits on Kafka. A tiny MERGE into a table in a temporary folder, on a thread
+started with the session, moves that cost into the wait. It touches nothing of
+the pipeline's: its table is made, merged into and deleted here, and a failure
+is only logged. Local sessions only (a cluster's driver may not write local files).
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import shutil
+import tempfile
+import threading
+
+from ingest.platform.delta import at_location
+
+log = logging.getLogger("ingest.run")
+
+
+def start(session) -> threading.Thread:
+    thread = threading.Thread(target=_merge_once, args=(session,), name="ingest-warm-up", daemon=True)
+    thread.start()
+    return thread
+
+
+def _merge_once(session) -> None:
+    folder = tempfile.mkdtemp(prefix="ingest-warm-up-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)  # a run that ends before it does
+    try:
+        session.sparkContext.setJobGroup("ingest-background-warm-up", "ingest: Delta's MERGE, warmed up",
+                                         interruptOnCancel=False)
+        # a session of its own: the batch's insert-only MERGE joins without broadcast
+        session = session.newSession()
+        session.conf.set("spark.sql.autoBroadcastJoinThreshold", "-1")
+        rows = session.range(2).selectExpr("CAST(id AS STRING) AS _uid", "id AS n")
+        rows.limit(1).write.format("delta").save(folder)
+        table = at_location(session, folder, is_table=False).alias("t")
+        table.merge(rows.alias("s"), "t._uid = s._uid").whenNotMatchedInsertAll().execute()
+    except Exception as error:  # the first batch pays for the warm-up itself then
+        log.debug("warming up Delta's MERGE failed: %s", error)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
