@@ -7,6 +7,9 @@ position), so an old record arriving late never overwrites a newer one.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from typing import Iterator
+
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -51,4 +54,26 @@ def merge_batch(session, rows: DataFrame, pipeline: Pipeline, bounds: dict[str, 
         rows = changing_rows(rows, table.toDF(), condition, upsert_condition(pipeline, payload))
         whens.insert(0, When(True, "update *", upsert_condition(pipeline, payload)))
     builder = table.alias("t").merge(rows.alias("s"), condition).withSchemaEvolution()
-    return executed(apply(builder, whens))
+    if target.mode == "upsert":
+        return executed(apply(builder, whens))
+    with no_broadcast(session):
+        return executed(apply(builder, whens))
+
+
+@contextmanager
+def no_broadcast(session) -> Iterator[None]:
+    """The insert-only MERGE is an anti-join of the batch with the target's files the
+    bounds leave. Broadcast, the target side is a Spark job of its own before the
+    write, on every batch (even with no file to read); joined by sort and merge it is
+    a stage of the write's job, and the batch side needs no shuffle (the cached source
+    is partitioned on `_uid`). Set on the batch's session, as the txn id is."""
+    key = "spark.sql.autoBroadcastJoinThreshold"
+    before = session.conf.get(key, None)
+    session.conf.set(key, "-1")
+    try:
+        yield
+    finally:
+        if before is None:
+            session.conf.unset(key)
+        else:
+            session.conf.set(key, before)
