@@ -22,14 +22,16 @@ from ingest.platform.delta import at_location
 log = logging.getLogger("ingest.run")
 
 
-def start(session) -> threading.Thread:
-    thread = threading.Thread(target=_merge_once, args=(session,), name="ingest-warm-up", daemon=True)
+def start(session, scratch_in: str | None = None) -> threading.Thread:
+    """The warm-up's thread; its table goes in a new folder in `scratch_in` (the system's
+    temporary folder by default)."""
+    thread = threading.Thread(target=_merge_once, args=(session, scratch_in), name="ingest-warm-up", daemon=True)
     thread.start()
     return thread
 
 
-def _merge_once(session) -> None:
-    folder = tempfile.mkdtemp(prefix="ingest-warm-up-")
+def _merge_once(session, scratch_in: str | None) -> None:
+    folder = tempfile.mkdtemp(prefix="ingest-warm-up-", dir=scratch_in)
     atexit.register(shutil.rmtree, folder, ignore_errors=True)  # a run that ends before it does
     try:
         session.sparkContext.setJobGroup("ingest-background-warm-up", "ingest: Delta's MERGE, warmed up",
