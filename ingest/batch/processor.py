@@ -325,14 +325,17 @@ def _kept_as_leaf(frame: DataFrame, cached: ExitStack) -> DataFrame:
     MERGE's and Delta's own joins, the write) is then analysed and rendered from that
     leaf, not from the whole lineage of decode, transform, uid and window again; a
     cached frame keeps its lineage. Its blocks go when the batch ends."""
-    if getattr(frame, "_jdf", None) is None:  # no JVM at hand (Spark Connect): cache it
+    context = frame.sparkSession.sparkContext
+    if not context.master.startswith("local"):
+        # On a cluster an executor lost takes a local checkpoint's blocks with it and the
+        # batch fails, where a cached frame is computed again: keep the cache there.
         return _persisted(frame, cached)
     leaf = frame.localCheckpoint(eager=False)
     blocks = leaf._jdf.queryExecution().analyzed().rdd()
     blocks.setName(KEPT_SOURCE)  # so the UI's Storage tab (and a test) can tell it
     # The context's unpersist, not the RDD's: that one warns on every call that a local
     # checkpoint cannot be computed again, which is the point here.
-    cached.callback(frame.sparkSession.sparkContext._jsc.sc().unpersistRDD, blocks.id(), False)
+    cached.callback(context._jsc.sc().unpersistRDD, blocks.id(), False)
     return leaf
 
 
