@@ -12,6 +12,7 @@ from pyspark.sql import functions as F
 
 from ingest.batch.staged import RAW, REASON, STAGE
 from ingest.platform.delta import builder_location, builder_name, delta_table
+from ingest.platform.files import local_path
 from ingest.spec.columns import UID
 from ingest.spec.model import Target
 
@@ -50,6 +51,20 @@ def target_rows(records: DataFrame) -> DataFrame:
     )
 
 
+def clear_unborn_log(path: str) -> None:
+    """Delta 4.4 makes `_delta_log/_staged_commits/` before a table's first commit; a run
+    killed between the two leaves a log of empty folders, which `createIfNotExists` takes
+    for a table and then fails to find (DELTA_TABLE_NOT_FOUND, on every later run). Only
+    empty folders are removed: a log holding any file is left to Delta."""
+    local = local_path(path)
+    log = None if local is None else local / "_delta_log"
+    if log is None or not log.is_dir() or any(p.is_file() for p in log.rglob("*")):
+        return
+    for folder in sorted(log.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+        folder.rmdir()
+    log.rmdir()
+
+
 def target_schema(session, target: Target):
     return delta_table(session, target).toDF().schema
 
@@ -58,6 +73,8 @@ def create_table(session, target: Target, rows: DataFrame) -> None:
     """Create the target with the batch's columns, if no one has yet."""
     from delta.tables import DeltaTable
 
+    if target.path:
+        clear_unborn_log(target.path)
     builder = DeltaTable.createIfNotExists(session)
     builder = builder.tableName(builder_name(target.table)) if target.table else builder.location(
         builder_location(target.path))

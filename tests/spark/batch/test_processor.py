@@ -155,3 +155,15 @@ def test_the_next_table_state_is_computed_beside_the_next_batch(spark, kafka, tm
     assert not [text for _, text in batch if "Compute snapshot" in text], batch
     assert [r.merged.inserted for r in reports] == [1, 1]
     assert ledger.txn_version(spark, str(tmp_path / "target"), False, app, "orders") == 1
+
+
+def test_a_log_of_empty_folders_left_by_a_kill_before_the_first_commit_is_no_table(spark, kafka, tmp_path):
+    # What Delta 4.4 leaves when a run dies between making the log's folder and its first commit:
+    # createIfNotExists took it for a table and failed on every run after.
+    (tmp_path / "target" / "_delta_log" / "_staged_commits").mkdir(parents=True)
+    processor, reports, _ = make_processor(spark, kafka, tmp_path)
+
+    processor(kafka_rows(spark, [(0, 0, order(1), "u-1")]), 0)
+
+    assert reports[0].merged.inserted == 1
+    assert spark.read.format("delta").load(str(tmp_path / "target")).count() == 1
