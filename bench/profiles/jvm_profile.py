@@ -90,21 +90,30 @@ def profile(batches: int, records: int, settings: dict[str, str], recording: Pat
 
 
 def shares(recording: Path) -> dict:
+    """Each step's share of the batch thread's samples. py4j gives every Python thread a JVM
+    thread named Thread-N: the batch's is the one that runs the MERGEs; the others (ingest's
+    background thread warming the next table state) are counted as `background`."""
     printed = subprocess.run(["jfr", "print", "--json", "--stack-depth", "1024", "--events",
                               "jdk.ExecutionSample", str(recording)], check=True, capture_output=True, text=True)
     events = json.loads(printed.stdout)["recording"]["events"]
-    threads, steps = Counter(), Counter()
+    stacks: dict[str, list[set[str]]] = {}
     for event in events:
         values = event["values"]
         thread = values["sampledThread"]["javaName"] or ""
-        group = "tasks" if thread.startswith("Executor task") else "batch" if thread.startswith("Thread-") else "other"
-        threads[group] += 1
-        if group != "batch":
-            continue
-        on_stack = {f"{f['method']['type']['name'].rsplit('/', 1)[-1]}.{f['method']['name']}"
-                    for f in values["stackTrace"]["frames"]}
-        for label, frame in STEPS:
-            steps[label] += frame in on_stack
+        stacks.setdefault(thread, []).append(
+            {f"{f['method']['type']['name'].rsplit('/', 1)[-1]}.{f['method']['name']}"
+             for f in values["stackTrace"]["frames"]})
+    merging = Counter({thread: sum(STEPS[0][1] in stack for stack in found) for thread, found in stacks.items()})
+    batch_thread = merging.most_common(1)[0][0] if merging else ""
+    threads, steps = Counter(), Counter()
+    for thread, found in stacks.items():
+        group = ("tasks" if thread.startswith("Executor task") else "batch" if thread == batch_thread
+                 else "background" if thread.startswith("Thread-") else "other")
+        threads[group] += len(found)
+        if group == "batch":
+            for on_stack in found:
+                for label, frame in STEPS:
+                    steps[label] += frame in on_stack
     batch = threads["batch"] or 1
     return {"samples": dict(threads),
             "steps": [{"step": label, "samples": steps[label], "share_of_batch_thread": round(steps[label] / batch, 3)}
