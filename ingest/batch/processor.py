@@ -49,7 +49,6 @@ from ingest.spec.model import Pipeline
 log = logging.getLogger("ingest.run")
 
 STAGES = ("decode", "transform", "uid", "filtered")
-KEPT_SOURCE = "ingest: a batch's MERGE source"
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 # What the MERGE, the ledger and the summary need of the raw record: its coordinates, not its bytes.
 _COORDINATES = ("topic", "partition", "offset", "timestamp")
@@ -169,7 +168,7 @@ class BatchProcessor:
         letters), the cached MERGE source, and the summary whose aggregation filled it."""
         decoded = self._decode(batch_df)
         staged = self._transform_and_uid(decoded, failed=())
-        source = _kept_as_leaf(self._merge_source(staged), cached)
+        source = _persisted(self._merge_source(staged), cached)
         try:
             return staged, source, summarize(source, self.pipeline)
         except Exception as error:  # only a record's data error is handled here
@@ -177,12 +176,13 @@ class BatchProcessor:
                 raise
         # ANSI SQL failed the whole pass on some record: search for it in the decoded
         # records, kept now since the search reads them many times.
+        source.unpersist()
         decoded = _persisted(decoded, cached)
         failed = transform.find_failing(decoded, self.pipeline.transform)
         log.warning("%s: %d record(s) failed the transform; sent to the dead letters",
                     self.pipeline.name, len(failed))
         staged = self._transform_and_uid(decoded, failed)
-        source = _kept_as_leaf(self._merge_source(staged), cached)
+        source = _persisted(self._merge_source(staged), cached)
         return staged, source, summarize(source, self.pipeline)
 
     def _decode(self, batch_df: DataFrame) -> DataFrame:
@@ -317,26 +317,6 @@ class BatchProcessor:
 def _persisted(frame: DataFrame, cached: ExitStack) -> DataFrame:
     cached.callback(frame.unpersist)
     return frame.persist()
-
-
-def _kept_as_leaf(frame: DataFrame, cached: ExitStack) -> DataFrame:
-    """The MERGE source, kept by the summary's job as a local checkpoint: a leaf of its
-    own plan (its partitioning on `_uid` kept). Every later plan over it (the rows, the
-    MERGE's and Delta's own joins, the write) is then analysed and rendered from that
-    leaf, not from the whole lineage of decode, transform, uid and window again; a
-    cached frame keeps its lineage. Its blocks go when the batch ends."""
-    context = frame.sparkSession.sparkContext
-    if not context.master.startswith("local"):
-        # On a cluster an executor lost takes a local checkpoint's blocks with it and the
-        # batch fails, where a cached frame is computed again: keep the cache there.
-        return _persisted(frame, cached)
-    leaf = frame.localCheckpoint(eager=False)
-    blocks = leaf._jdf.queryExecution().analyzed().rdd()
-    blocks.setName(KEPT_SOURCE)  # so the UI's Storage tab (and a test) can tell it
-    # The context's unpersist, not the RDD's: that one warns on every call that a local
-    # checkpoint cannot be computed again, which is the point here.
-    cached.callback(context._jsc.sc().unpersistRDD, blocks.id(), False)
-    return leaf
 
 
 def slim(staged: DataFrame) -> DataFrame:
