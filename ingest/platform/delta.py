@@ -42,6 +42,13 @@ def delta_log(session, where: Located):
     return delta_table(session, where)._jdt.deltaLog()
 
 
+def latest_transactions(session, log):
+    """The txn app ids and versions of the table's latest snapshot (a JVM map), which Delta
+    aggregates from the table's state once per snapshot."""
+    none = session._jvm.scala.Option.empty()
+    return log.update(False, none, none).transactions()
+
+
 def table_exists(session, where: Located) -> bool:
     from delta.tables import DeltaTable
 

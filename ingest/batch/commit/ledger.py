@@ -16,7 +16,7 @@ from typing import Iterator, Mapping
 
 from ingest.errors import IngestError
 from ingest.kafka.offsets import Offsets, OffsetsView, from_json, to_json
-from ingest.platform.delta import at_location
+from ingest.platform.delta import at_location, latest_transactions
 
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
@@ -192,8 +192,7 @@ def txn_version(session, location: str, is_table: bool, app: str, pipeline: str)
     """The version Delta has recorded for the app id (a write at or below it is skipped)."""
     table = at_location(session, location, is_table)
     try:
-        none = session._jvm.scala.Option.empty()
-        found = table._jdt.deltaLog().update(False, none, none).transactions().get(app)
+        found = latest_transactions(session, table._jdt.deltaLog()).get(app)
         return int(found.get()) if found.isDefined() else None
     except Exception:  # no JVM at hand (Spark Connect): the same from the history
         versions = [int(e.get("batch_id", -1)) for _, e in

@@ -22,7 +22,7 @@ import logging
 import threading
 from typing import Any
 
-from ingest.platform.delta import Located, delta_log
+from ingest.platform.delta import Located, delta_log, latest_transactions
 
 log = logging.getLogger("ingest.run")
 
@@ -60,7 +60,6 @@ class StateWarmer:
             context.setJobGroup(JOB_GROUP, "ingest: the target's next table state", interruptOnCancel=False)
             if self._log is None:
                 self._log = delta_log(self._session, self._target)
-            none = self._session._jvm.scala.Option.empty()
-            self._log.update(False, none, none).transactions()
+            latest_transactions(self._session, self._log)
         except Exception as error:  # the MERGE computes the state itself then
             log.debug("warming the table state of %s failed: %s", self._target, error)

@@ -7,7 +7,7 @@ position), so an old record arriving late never overwrites a newer one.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Iterator
 
 from pyspark.sql import DataFrame
@@ -54,9 +54,7 @@ def merge_batch(session, rows: DataFrame, pipeline: Pipeline, bounds: dict[str, 
         rows = changing_rows(rows, table.toDF(), condition, upsert_condition(pipeline, payload))
         whens.insert(0, When(True, "update *", upsert_condition(pipeline, payload)))
     builder = table.alias("t").merge(rows.alias("s"), condition).withSchemaEvolution()
-    if target.mode == "upsert":
-        return executed(apply(builder, whens))
-    with no_broadcast(session):
+    with no_broadcast(session) if target.mode == "insert_only" else nullcontext():
         return executed(apply(builder, whens))
 
 

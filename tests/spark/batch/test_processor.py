@@ -1,13 +1,13 @@
 """One pass per micro-batch: what the processor learns, keeps and commits, on Kafka-shaped rows."""
 
 import json
-import time
 import uuid
 
 from ingest.batch.commit import ledger
 from ingest.batch.commit.warm_state import JOB_GROUP
 from ingest.batch.processor import BatchProcessor, payload_schema
 from ingest.spec.model import DeadLetter, KafkaSource, Pipeline, Source, Target, Uid
+from tests.integration.processes import wait_for
 
 KAFKA_SCHEMA = ("topic STRING, partition INT, offset LONG, timestamp TIMESTAMP, key BINARY, value BINARY, "
                 "headers ARRAY<STRUCT<key: STRING, value: BINARY>>")
@@ -133,10 +133,8 @@ def next_job_id(spark) -> int:
 def test_the_next_table_state_is_computed_beside_the_next_batch(spark, kafka, tmp_path):
     processor, reports, app = make_processor(spark, kafka, tmp_path)
     processor(kafka_rows(spark, [(0, 0, order(1), "u-1")]), 0)
-    deadline = time.monotonic() + 120
-    while not any(group == JOB_GROUP for group, _ in jobs_since(spark, 0)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert any(group == JOB_GROUP for group, _ in jobs_since(spark, 0)), "no job warmed the table's state"
+    wait_for(lambda: any(group == JOB_GROUP for group, _ in jobs_since(spark, 0)), 120,
+             "a job warming the table's state")
 
     mark = next_job_id(spark)
     processor(kafka_rows(spark, [(0, 1, order(2), "u-2")]), 1)
