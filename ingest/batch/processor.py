@@ -18,6 +18,7 @@ does", top to bottom:
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -43,12 +44,14 @@ from ingest.kafka import admin as kafka_admin
 from ingest.kafka import checkpoint as spark_checkpoint
 from ingest.kafka.offsets import Offsets
 from ingest.platform.delta import table_exists
+from ingest.platform.session import clone_with
 from ingest.spec.columns import UID
 from ingest.spec.model import Pipeline
 
 log = logging.getLogger("ingest.run")
 
 STAGES = ("decode", "transform", "uid", "filtered")
+PREPARE_JOB_GROUP = "ingest-background-prepare-target"
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 # What the MERGE, the ledger and the summary need of the raw record: its coordinates, not its bytes.
 _COORDINATES = ("topic", "partition", "offset", "timestamp")
@@ -128,6 +131,38 @@ class BatchProcessor:
     _accepted_columns: StructType | None = None  # the batch columns last checked against the target
     _origin_offsets: dict | None = None
     _warmer: StateWarmer | None = None  # the target's next state, computed beside the next batch
+    _preparing: threading.Thread | None = None  # the target made while the query starts
+
+    def prepare(self, spark, batch_schema: StructType) -> None:
+        """While the query starts: make the target's tables with the columns a batch of
+        `batch_schema` gives them (analysis of an empty batch; no job) and compute their
+        state, on a thread the first batch joins before it reads the target. The tables
+        are made outside any txn id, as the first batch makes them; if this fails, the
+        first batch makes them itself."""
+        session = clone_with(spark, self.pipeline.spark_conf)
+        if session is None:
+            return
+        from pyspark import InheritableThread
+
+        self._preparing = InheritableThread(target=self._prepare_target, args=(session, batch_schema),
+                                            name="ingest-prepare-target", daemon=True)
+        self._preparing.start()
+
+    def _prepare_target(self, session, batch_schema: StructType) -> None:
+        try:
+            session.sparkContext.setJobGroup(PREPARE_JOB_GROUP, "ingest: the target, made while the query starts",
+                                             interruptOnCancel=False)
+            staged = self._transform_and_uid(self._decode(session.createDataFrame([], batch_schema)), failed=())
+            rows = merge_mode.batch_rows(self._merge_source(staged).where(F.col(STAGE).isNull()), self.pipeline)
+            self._ready_target(session, rows)
+        except Exception as error:  # the first batch makes the tables then
+            log.debug("%s: making the target while the query starts failed: %s", self.pipeline.name, error)
+
+    def _ready_target(self, session, rows: DataFrame) -> None:
+        merge_mode.create_tables(session, self.pipeline, rows)
+        self._warmer = StateWarmer(session, self.pipeline.target)
+        self._warmer.start()
+        self._target_ready = True
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         self._batch_offsets = None
@@ -142,6 +177,9 @@ class BatchProcessor:
         session = batch_df.sparkSession
         with ExitStack() as cached:  # whatever a step persists is released when the batch ends
             staged, source, summary = self._stage(batch_df, cached)  # 1-3, one pass over Kafka
+            if self._preparing is not None:  # nothing of the batch has read the target yet
+                self._preparing.join()
+                self._preparing = None
             self._batch_offsets = summary.end_offsets
             start, end = self._planned(session, batch_id, summary)
             ids = self._ids(end)
@@ -227,9 +265,7 @@ class BatchProcessor:
 
     def _merge(self, session, rows: DataFrame, summary: BatchSummary, batch_id: int, txn) -> MergeResult:
         if not self._target_ready:
-            merge_mode.create_tables(session, self.pipeline, rows)
-            self._target_ready = True
-            self._warmer = StateWarmer(session, self.pipeline.target)
+            self._ready_target(session, rows)
         assert self._warmer is not None
         self._warmer.join()
         # Even with no rows: the commit Delta makes for it (a SetTransaction and the

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 
 from ingest.errors import IngestError
@@ -167,6 +168,20 @@ def existing_session():
     if active is not None or not on_databricks():
         return active
     return SparkSession.builder.getOrCreate()
+
+
+def clone_with(spark, settings: Mapping[str, str]):
+    """A clone of `spark` as it is now, with `settings` over its own: the session a
+    streaming query clones for its batches, made before the query starts. None without
+    a JVM (Spark Connect), where a session cannot be cloned from the client."""
+    from pyspark.sql import SparkSession
+
+    if getattr(spark, "_jvm", None) is None:
+        return None
+    clone = SparkSession(spark.sparkContext, spark._jsparkSession.cloneSession())
+    for key, value in settings.items():
+        clone.conf.set(key, str(value))
+    return clone
 
 
 class SessionStart:

@@ -32,7 +32,10 @@ def start_query(spark, pipeline: Pipeline, once: bool = False,
     if on_report is not None:
         processor.on_report = on_report
     faults.arm(spark)
-    writer = (read_stream(spark, pipeline, starting_offsets).writeStream
+    stream = read_stream(spark, pipeline, starting_offsets)
+    if isinstance(processor, BatchProcessor):  # a table per topic makes each table as its topic comes
+        processor.prepare(spark, stream.schema)
+    writer = (stream.writeStream
               .queryName(pipeline.name)
               .option("checkpointLocation", pipeline.checkpoint)
               .foreachBatch(processor))
