@@ -42,11 +42,29 @@ def delta_log(session, where: Located):
     return delta_table(session, where)._jdt.deltaLog()
 
 
+def latest_snapshot(session, log):
+    """The table's latest snapshot (Delta's JVM `Snapshot`), read from the log if it moved."""
+    none = session._jvm.scala.Option.empty()
+    return log.update(False, none, none)
+
+
 def latest_transactions(session, log):
     """The txn app ids and versions of the table's latest snapshot (a JVM map), which Delta
     aggregates from the table's state once per snapshot."""
-    none = session._jvm.scala.Option.empty()
-    return log.update(False, none, none).transactions()
+    return latest_snapshot(session, log).transactions()
+
+
+def checkpoint_position(log, snapshot) -> tuple[int, int, int]:
+    """The snapshot's version, the version of its last checkpoint (-1: none), and the table's
+    `delta.checkpointInterval` (Delta checkpoints in the committing thread at its multiples)."""
+    return (snapshot.version(), snapshot.checkpointProvider().version(),
+            log.checkpointInterval(snapshot.metadata()))
+
+
+def write_checkpoint(session, log, snapshot) -> None:
+    """A checkpoint of `snapshot`, then the log's clean-up: what Delta's own post-commit
+    checkpoint does (a failure is logged by Delta, not raised)."""
+    log.checkpoint(snapshot, session._jvm.scala.Option.empty())
 
 
 def table_exists(session, where: Located) -> bool:

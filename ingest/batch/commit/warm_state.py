@@ -14,6 +14,17 @@ checks the txn id on its own transaction's snapshot. After a foreign commit
 (another copy, OPTIMIZE) the warm state is of an older snapshot and simply unused;
 a failure here is logged and forgotten. Without a JVM at hand (Spark Connect)
 nothing is warmed.
+
+The same thread starts the table's checkpoints. Delta writes one in the committing
+thread at every multiple of `delta.checkpointInterval` (10 by default): a second or
+so on every tenth batch. Tables ingest makes carry an interval of
+TABLE_CHECKPOINT_INTERVAL instead, and while ingest writes them a checkpoint of
+the snapshot just warmed is written beside the next batch at the multiples of
+CHECKPOINT_EVERY (or at the first commit after one): the cadence readers had, off
+the batch's path. A checkpoint only summarises commits already in the log (Delta's own
+`DeltaLog.checkpoint`, written under a temporary name and renamed), so a crash in
+the middle of one loses nothing; a table with an interval of CHECKPOINT_EVERY or
+less is left to Delta's own checkpoints.
 """
 
 from __future__ import annotations
@@ -22,11 +33,14 @@ import logging
 import threading
 from typing import Any
 
-from ingest.platform.delta import Located, delta_log, latest_transactions
+from ingest.platform.delta import Located, checkpoint_position, delta_log, latest_snapshot, write_checkpoint
 
 log = logging.getLogger("ingest.run")
 
 JOB_GROUP = "ingest-background-warm-state"
+CHECKPOINT_JOB_GROUP = "ingest-background-checkpoint"
+CHECKPOINT_EVERY = 10  # commits: Delta's default interval
+TABLE_CHECKPOINT_INTERVAL = 100  # on tables ingest makes: Delta's own, for when no ingest run writes
 
 
 class StateWarmer:
@@ -38,6 +52,7 @@ class StateWarmer:
         self._target = target
         self._log: Any = None  # Delta's JVM DeltaLog, opened by the first warming
         self._thread: threading.Thread | None = None
+        self._checkpointing: threading.Thread | None = None  # not joined: the next MERGE may run beside it
 
     def start(self) -> None:
         self.join()
@@ -60,6 +75,28 @@ class StateWarmer:
             context.setJobGroup(JOB_GROUP, "ingest: the target's next table state", interruptOnCancel=False)
             if self._log is None:
                 self._log = delta_log(self._session, self._target)
-            latest_transactions(self._session, self._log)
+            snapshot = latest_snapshot(self._session, self._log)
+            snapshot.transactions()
+            version, last, interval = checkpoint_position(self._log, snapshot)
+            # at the multiples of CHECKPOINT_EVERY, as Delta's default would, or the first commit after
+            if interval > CHECKPOINT_EVERY and version // CHECKPOINT_EVERY > max(last, 0) // CHECKPOINT_EVERY:
+                self._start_checkpoint(snapshot)
         except Exception as error:  # the MERGE computes the state itself then
             log.debug("warming the table state of %s failed: %s", self._target, error)
+
+    def _start_checkpoint(self, snapshot) -> None:
+        if self._checkpointing is not None and self._checkpointing.is_alive():
+            return  # a later commit starts the next one
+        from pyspark import InheritableThread
+
+        self._checkpointing = InheritableThread(target=self._checkpoint, args=(snapshot,),
+                                                name="ingest-checkpoint", daemon=True)
+        self._checkpointing.start()
+
+    def _checkpoint(self, snapshot) -> None:
+        try:
+            self._session.sparkContext.setJobGroup(CHECKPOINT_JOB_GROUP, "ingest: the target's checkpoint",
+                                                   interruptOnCancel=False)
+            write_checkpoint(self._session, self._log, snapshot)
+        except Exception as error:  # Delta checkpoints at its own interval then
+            log.debug("checkpointing %s failed: %s", self._target, error)

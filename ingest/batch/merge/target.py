@@ -10,12 +10,15 @@ from dataclasses import dataclass
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from ingest.batch.commit.warm_state import TABLE_CHECKPOINT_INTERVAL
 from ingest.batch.staged import RAW, REASON, STAGE
 from ingest.platform.delta import builder_location, builder_name, delta_table
 from ingest.platform.files import local_path
 from ingest.spec.columns import UID
 from ingest.spec.model import Target
 
+# a user's default for new tables wins over ingest's interval
+DEFAULT_CHECKPOINT_INTERVAL = "spark.databricks.delta.properties.defaults.checkpointInterval"
 COORDINATE_COLUMNS = ("_topic", "_partition", "_offset", "_kafka_timestamp", "_ingested_at")
 
 
@@ -79,6 +82,8 @@ def create_table(session, target: Target, rows: DataFrame) -> None:
     builder = builder.tableName(builder_name(target.table)) if target.table else builder.location(
         builder_location(target.path))
     builder = builder.addColumns(rows.schema)
+    if session.conf.get(DEFAULT_CHECKPOINT_INTERVAL, None) is None:  # checkpoints beside the batches
+        builder = builder.property("delta.checkpointInterval", str(TABLE_CHECKPOINT_INTERVAL))
     if target.partition_by:
         builder = builder.partitionedBy(*target.partition_by)
     if target.cluster_by:

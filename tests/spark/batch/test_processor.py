@@ -4,7 +4,7 @@ import json
 import uuid
 
 from ingest.batch.commit import ledger
-from ingest.batch.commit.warm_state import JOB_GROUP
+from ingest.batch.commit.warm_state import CHECKPOINT_EVERY, CHECKPOINT_JOB_GROUP, JOB_GROUP, TABLE_CHECKPOINT_INTERVAL
 from ingest.batch.processor import BatchProcessor, payload_schema
 from ingest.spec.model import DeadLetter, KafkaSource, Pipeline, Source, Target, Uid
 from tests.integration.processes import wait_for
@@ -156,3 +156,22 @@ def test_a_log_of_empty_folders_left_by_a_kill_before_the_first_commit_is_no_tab
 
     assert reports[0].merged.inserted == 1
     assert spark.read.format("delta").load(str(tmp_path / "target")).count() == 1
+
+
+def test_the_checkpoint_is_written_beside_the_batches_not_in_them(spark, kafka, tmp_path):
+    processor, reports, _ = make_processor(spark, kafka, tmp_path)
+    log_folder = tmp_path / "target" / "_delta_log"
+    mark = next_job_id(spark)
+    for batch in range(CHECKPOINT_EVERY + 1):  # version 0 makes the table; each batch commits one
+        processor(kafka_rows(spark, [(0, batch, order(batch), f"u-{batch}")]), batch)
+    wait_for(lambda: list(log_folder.glob("*.checkpoint.parquet")), 120, "a checkpoint of the target")
+
+    properties = spark.sql(f"DESCRIBE DETAIL delta.`{tmp_path / 'target'}`").first()["properties"]
+    assert properties["delta.checkpointInterval"] == str(TABLE_CHECKPOINT_INTERVAL)
+    [checkpoint] = log_folder.glob("*.checkpoint.parquet")
+    assert int(checkpoint.name.split(".")[0]) == CHECKPOINT_EVERY
+    jobs = jobs_since(spark, mark)
+    assert [text for group, text in jobs if group == CHECKPOINT_JOB_GROUP], jobs
+    # Delta's own checkpoint, in the batch's thread, at version 10 before: none of the batch's jobs now
+    assert not [text for group, text in jobs if "checkpoint" in text.lower() and group != CHECKPOINT_JOB_GROUP]
+    assert spark.read.format("delta").load(str(tmp_path / "target")).count() == CHECKPOINT_EVERY + 1
