@@ -148,6 +148,14 @@ class BatchProcessor:
                                             name="ingest-prepare-target", daemon=True)
         self._preparing.start()
 
+    def settle(self) -> None:
+        """Once the query has ended: the work started beside the batches (the target's
+        making, its state, a checkpoint) finished, so a run does not end in the middle of it."""
+        if self._preparing is not None:
+            self._preparing.join()
+        if self._warmer is not None:
+            self._warmer.settle()
+
     def _prepare_target(self, session, batch_schema: StructType) -> None:
         try:
             session.sparkContext.setJobGroup(PREPARE_JOB_GROUP, "ingest: the target, made while the query starts",

@@ -72,6 +72,11 @@ class TopicRouter:
         finally:
             raw.unpersist()
 
+    def settle(self) -> None:
+        """Once the query has ended: each table's work beside the batches, finished."""
+        for processor in list(self.tables.values()):
+            processor.settle()
+
     def _record_lost_slices(self, session, batch_id: int, present: list[str]) -> None:
         """The lost-range check of the topics the batch planned a range of and holds no
         record of: no table's processor runs for them, and its check (planned start

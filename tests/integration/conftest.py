@@ -97,7 +97,7 @@ def run_once(spark, pipeline, timeout: float = 240, **kwargs):
     from ingest.stream.query import start_query
 
     reports = []
-    query, _ = start_query(spark, pipeline, once=True, on_report=reports.append, **kwargs)
+    query, processor = start_query(spark, pipeline, once=True, on_report=reports.append, **kwargs)
     try:
         finished = query.awaitTermination(timeout)
         if query.exception() is not None:
@@ -105,6 +105,7 @@ def run_once(spark, pipeline, timeout: float = 240, **kwargs):
         assert finished, f"query still running after {timeout}s"
     finally:
         query.stop()
+        processor.settle()  # as `ingest run` does once a query ends
     return reports
 
 
@@ -126,7 +127,7 @@ def crash_at(spark, pipeline, point: str) -> None:
     from ingest.stream.query import start_query
 
     plan = recovery.plan_start(spark, pipeline, recovery.fetch_watermarks(pipeline))
-    query, _ = start_query(spark, pipeline, once=True, starting_offsets=plan.starting_offsets)
+    query, processor = start_query(spark, pipeline, once=True, starting_offsets=plan.starting_offsets)
     try:
         with faults.raising(point):
             try:
@@ -136,6 +137,7 @@ def crash_at(spark, pipeline, point: str) -> None:
                 return
     finally:
         query.stop()
+        processor.settle()
     raise AssertionError(f"{point}: the run finished without reaching the fault point")
 
 

@@ -5,7 +5,7 @@ import json
 import pytest
 from delta.tables import DeltaTable
 
-from tests.integration.conftest import run_once, table, with_target
+from tests.integration.conftest import crash_at, run_once, table, with_target
 
 
 def order(i, amount=1.0, ts="2026-11-01T10:00:00"):
@@ -29,6 +29,25 @@ def test_producer_retries_land_once(spark, sender, pipeline, mode):
     first_copy = rows.where("_uid = 'u-1'").select("_partition", "_offset").first()
     if mode == "insert_only":
         assert (first_copy._partition, first_copy._offset) == (0, 0)
+
+
+def test_the_target_is_made_while_the_query_starts(spark, sender, pipeline, monkeypatch):
+    from ingest.batch.commit import faults
+
+    monkeypatch.setenv(faults.CONFIRM_VARIABLE, faults.CONFIRM_VALUE)
+    sender.send(order(1), uid="u-1")
+    sender.flush()
+    crash_at(spark, pipeline, "before_dead_letter")  # the first batch stops before it writes anything
+    target = DeltaTable.forPath(spark, pipeline.target.path)
+    assert [(h.version, h.operation) for h in target.history().collect()] == [(0, "CREATE TABLE")]
+    made = target.toDF().schema
+
+    [report] = run_once(spark, pipeline)
+    assert report.merged.inserted == 1
+    history = target.history().select("version", "operation").collect()
+    assert [tuple(h) for h in sorted(history)] == [(0, "CREATE TABLE"), (1, "MERGE")]
+    assert target.toDF().schema == made, "the batch's columns differ from those the table was made with"
+    assert {"_uid", "order_id", "amount", "_offset"} <= set(made.fieldNames())
 
 
 def test_aborted_transactions_never_land(spark, sender, pipeline):

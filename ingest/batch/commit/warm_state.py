@@ -68,6 +68,12 @@ class StateWarmer:
             self._thread.join()
             self._thread = None
 
+    def settle(self) -> None:
+        """The warming and a checkpoint in progress, finished."""
+        self.join()
+        if self._checkpointing is not None:
+            self._checkpointing.join()
+
     def _warm(self) -> None:
         try:
             context = self._session.sparkContext
