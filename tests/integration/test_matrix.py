@@ -369,8 +369,7 @@ def encoder(kind: Kind, registry) -> Callable[[str, Record], bytes | None]:
         None if r.payload is None else serialized(registry, topic, kind.avro_schema, r.payload))
 
 
-def produce(kafka, cell: Cell, phase_of: dict[str, list[Record]]) -> None:
-    producer = Producer({**kafka.client_config(), "enable.idempotence": True, "acks": "all"})
+def produce(producer: Producer, cell: Cell, phase_of: dict[str, list[Record]]) -> None:
     for topic, records in phase_of.items():
         for r in records:
             producer.produce(topic, value=cell.encode(topic, r), partition=r.partition,
@@ -424,9 +423,13 @@ def test_every_kind_is_exact_through_crashes_a_lost_checkpoint_and_a_replay(
     cell = Cell(kind, per_topic, form, tmp_path, topics, file, encoder(kind, registry))
     phases = {topic: kind.phases(f"{topic}") for topic in topics}
     pipeline = cell.pipeline(kafka)
+    # One for the cell's four phases: a new idempotent producer waits for its producer id
+    # before the first flush, about half a second each time.
+    producer = Producer({**kafka.client_config(), "enable.idempotence": True, "acks": "all"})
+    request.addfinalizer(producer.close)  # not left connected to the broker the session stops
 
     def phase(n: int) -> None:
-        produce(kafka, cell, {topic: phases[topic][n] for topic in topics})
+        produce(producer, cell, {topic: phases[topic][n] for topic in topics})
 
     phase(0)
     run_recovering(spark, pipeline, timeout=600)  # batch 0: the tables exist
@@ -447,9 +450,10 @@ def test_every_kind_is_exact_through_crashes_a_lost_checkpoint_and_a_replay(
     assert plan.starting_offsets, "the run did not start from the offsets in the Delta logs"
 
     tables = cell.tables(kafka)
+    observed = {topic: kind.observed(spark, tables[topic]) for topic in topics}
     for topic in topics:
         produced = [r for n in range(4) for r in phases[topic][n]]
-        assert kind.observed(spark, tables[topic]) == kind.expected(produced), f"{topic}'s table"
+        assert observed[topic] == kind.expected(produced), f"{topic}'s table"
     bad = sum(r.payload == BAD for topic in topics for n in range(4) for r in phases[topic][n])
     found = dead_letters(spark, cell, kafka)
     assert len(found) == len(set(found)) == bad, f"dead letters {found}, {bad} bad records produced"
@@ -457,9 +461,8 @@ def test_every_kind_is_exact_through_crashes_a_lost_checkpoint_and_a_replay(
     if not per_topic:  # `ingest replay` of everything committed changes nothing
         from ingest.stream.replay import replay, resolve_range
 
-        before = kind.observed(spark, tables[topics[0]])
         replay(spark, pipeline, resolve_range(spark, pipeline, from_ms=0))
-        assert kind.observed(spark, tables[topics[0]]) == before, "the replay changed the table"
+        assert kind.observed(spark, tables[topics[0]]) == observed[topics[0]], "the replay changed the table"
         assert sorted(dead_letters(spark, cell, kafka)) == sorted(found), "the replay changed the dead letters"
 
     code, output, ok = verify_both(spark, cell, capsys)
