@@ -137,7 +137,8 @@ def main(argv=None) -> int:
         print(f"{step['share_of_batch_thread']:6.1%}  {step['samples']:5}  {step['step']}")
     print(f"samples: {result['samples']}")
     for job in jobs[:-1]:
-        print(f"{job['start_ms']:6} - {job['end_ms']:6} ms  {job['tasks']:3} tasks  {job['what']}")
+        end = "running" if job["end_ms"] is None else job["end_ms"]  # a background job outlasting the batch
+        print(f"{job['start_ms']:6} - {end:>6} ms  {job['tasks']:3} tasks  {job['what']}")
     print(f"the batch: {jobs[-1]['batch_ms']} ms")
     runs = json.loads(args.out.read_text()) if args.out.exists() else {}
     name = ", ".join(f"{k}={v}" for k, v in settings.items()) or "defaults"
