@@ -54,12 +54,6 @@ def latest_transactions(session, log):
     return latest_snapshot(session, log).transactions()
 
 
-def cache_file_statistics(snapshot) -> None:
-    """The snapshot's files with their statistics parsed, which data skipping filters
-    (Delta plans and caches them once per snapshot, on first use)."""
-    snapshot.withStats().count()
-
-
 def checkpoint_position(log, snapshot) -> tuple[int, int, int]:
     """The snapshot's version, the version of its last checkpoint (-1: none), and the table's
     `delta.checkpointInterval` (Delta checkpoints in the committing thread at its multiples)."""

@@ -33,14 +33,7 @@ import logging
 import threading
 from typing import Any
 
-from ingest.platform.delta import (
-    Located,
-    cache_file_statistics,
-    checkpoint_position,
-    delta_log,
-    latest_snapshot,
-    write_checkpoint,
-)
+from ingest.platform.delta import Located, checkpoint_position, delta_log, latest_snapshot, write_checkpoint
 
 log = logging.getLogger("ingest.run")
 
@@ -90,7 +83,6 @@ class StateWarmer:
                 self._log = delta_log(self._session, self._target)
             snapshot = latest_snapshot(self._session, self._log)
             snapshot.transactions()
-            cache_file_statistics(snapshot)
             version, last, interval = checkpoint_position(self._log, snapshot)
             # at the multiples of CHECKPOINT_EVERY, as Delta's default would, or the first commit after
             if interval > CHECKPOINT_EVERY and version // CHECKPOINT_EVERY > max(last, 0) // CHECKPOINT_EVERY:
