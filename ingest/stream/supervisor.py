@@ -180,7 +180,8 @@ class Supervisor:
                 continue
             _await(run.query, poll_s / max(1, len(self.running)))
             if not run.query.isActive:
-                run.processor.settle()
+                if run.processor is not None:
+                    run.processor.settle()
                 outcome = outcomes[run.pipeline.name] = self._outcome(run)
                 if outcome.error and not self.fail_fast and len(outcomes) < len(self.running):
                     self.on_note(f"{outcome.error}\n{run.pipeline.name} is stopped; the other "

@@ -4,6 +4,7 @@ so its queries are stand-ins here (no JVM); their own failure handling is Spark'
 from __future__ import annotations
 
 import threading
+import time
 
 from ingest.stream.supervisor import Supervisor, _Running
 from tests.unit.spec.test_locations import pipeline as make_pipeline
@@ -45,17 +46,23 @@ def supervisor(fail_fast: bool, notes: list):
     return run
 
 
+def until(condition, what: str, seconds: float = 30) -> None:
+    """Bounded: if the supervisor's thread dies, the test fails instead of spinning."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"no {what} within {seconds} s"
+        time.sleep(0.001)
+
+
 def test_by_default_a_failed_pipeline_stops_alone_and_the_others_go_on():
     notes: list[str] = []
     run = supervisor(fail_fast=False, notes=notes)
     good = run.running[1].query
     waiter = threading.Thread(target=lambda: setattr(run, "outcomes", run.wait(poll_s=0.01)))
     waiter.start()
-    while not notes:
-        pass
+    until(lambda: notes, "note of the failed pipeline")
     polls = good.polls
-    while good.polls < polls + 20:  # the good query is still waited on, not stopped
-        pass
+    until(lambda: good.polls >= polls + 20, "polls of the good query")  # still waited on, not stopped
     assert not good.stopped and waiter.is_alive()
     run.request_stop()
     waiter.join(10)
