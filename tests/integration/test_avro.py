@@ -132,7 +132,8 @@ def test_writer_schemas_are_fetched_once_per_run(avro_run, registry):
 def test_a_registry_that_goes_down_mid_run_fails_the_batch_and_writes_nothing(
         spark, kafka, topic, pipeline):
     """The reader schema was fetched at start; the batch's writer id cannot be: the run
-    fails naming the registry, and no record becomes a dead letter."""
+    fails naming the registry, and no record becomes a dead letter (the target made while
+    the query started stays empty)."""
     from ingest.stream.query import start_query
     from tests.integration.conftest import REGISTRY_PASSWORD, REGISTRY_USER, Sender
     from tests.schema_registry_stand_in import StandInRegistry
@@ -153,8 +154,11 @@ def test_a_registry_that_goes_down_mid_run_fails_the_batch_and_writes_nothing(
     batch_id, _, error = processor.failure
     assert batch_id == 0 and "did not answer for schema id 1" in str(error)
     assert REGISTRY_PASSWORD not in str(error)
+    processor.settle()
     from delta.tables import DeltaTable
-    assert not DeltaTable.isDeltaTable(spark, pipeline.target.path)
+    target = DeltaTable.forPath(spark, pipeline.target.path)  # made while the query started: empty
+    assert [h.operation for h in target.history().select("operation").collect()] == ["CREATE TABLE"]
+    assert target.toDF().count() == 0
     assert not DeltaTable.isDeltaTable(spark, pipeline.dead_letter.path)
 
 
