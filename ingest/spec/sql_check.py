@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from ingest.errors import Problem
+from ingest.spec import plan_text
 from ingest.spec.columns import INGEST_COLUMNS, column_references
 from ingest.spec.model import REGISTRY_FORMATS, Pipeline, Source, Transform
 from ingest.spec.values import did_you_mean
@@ -178,16 +179,9 @@ def _expression_problem(build, path: str, expression: str, columns: list[str]):
 
 
 def _row_changing_operator(frame) -> str | None:
-    """Aggregate / Generate / Window in the analysed plan (classic sessions only)."""
-    jdf = getattr(frame, "_jdf", None)
-    if jdf is None:
-        return None
-    plan = jdf.queryExecution().analyzed().treeString()
-    for line in plan.splitlines():
-        operator = re.sub(r"^[\s:+\-!']*", "", line).split(" ")[0]
-        if operator in NOT_ROW_BY_ROW:
-            return operator
-    return None
+    """Aggregate / Generate / Window in the analysed plan."""
+    plan = plan_text.analysed_plan(frame)
+    return next((op for op in plan_text.operators(plan) if op in NOT_ROW_BY_ROW), None) if plan else None
 
 
 # Deterministic to Spark's optimizer (one value per query), yet another value on a replay.
@@ -208,10 +202,12 @@ def _changing_uid(pipeline: Pipeline, output) -> list[Problem]:
 
 def changing_columns(frame) -> dict[str, str]:
     """Output columns (lowercase) whose value is not a function of the record, with
-    the expression that makes it so (classic sessions only)."""
+    the expression that makes it so. A classic session asks each expression of the plan
+    whether it is deterministic; Spark Connect reads the plan's text (`plan_text`)."""
     jdf = getattr(frame, "_jdf", None)
     if jdf is None:
-        return {}
+        plan = plan_text.analysed_plan(frame)
+        return plan_text.changing_columns(plan, frame.columns) if plan else {}
     plan = jdf.queryExecution().analyzed()
     tainted: dict[int, str] = {}  # expression id -> the non-deterministic expression
 
