@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup jars test check test-unit lint demo notebooks bench clean
+.PHONY: setup jars test test-connect check test-unit lint demo notebooks bench clean
 
 setup: $(STAMP) jars
 
@@ -25,6 +25,12 @@ jars: $(STAMP)
 test: setup
 	mkdir -p .ingest
 	INGEST_DURATIONS=.ingest/test-durations.json $(BIN)/python -m pytest tests -n 2 --dist loadfile
+
+# The suite on Spark Connect (a server this process starts), in a pytest process of its own: a
+# Connect server does not start beside a classic session, so `make test` leaves tests/connect out.
+test-connect: setup
+	$(BIN)/pip install -q -c requirements.lock -e '.[connect]'
+	$(BIN)/python -m pytest tests/connect -q
 
 # The fast loop while developing: unit and Spark tests, no broker.
 check: setup

@@ -1,0 +1,38 @@
+"""A Spark Connect session (a server started in this process) and the Kafka broker.
+
+Its own pytest process (`make test-connect`): a Connect server refuses to start where
+a classic session exists, and the classic suite's session is one per process, so the
+classic run leaves this folder out (`norecursedirs` in pyproject.toml).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+CONNECT_TEST_CONF = {
+    "spark.sql.shuffle.partitions": "2",
+    "spark.default.parallelism": "2",
+    "spark.ui.enabled": "false",
+    "spark.sql.streaming.stopTimeout": "30s",
+    "spark.databricks.delta.snapshotPartitions": "2",
+}
+
+
+@pytest.fixture(scope="session")
+def connect_spark():
+    pytest.importorskip("pandas", reason="the Connect client needs the connect extra: make test-connect")
+    from pyspark.sql import SparkSession
+
+    from ingest.platform.session import LOCAL_DEFAULTS, configure_builder
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # foreachBatch's worker runs beside the server: this interpreter, with ingest installed
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = configure_builder(SparkSession.builder.remote("local[2]").appName("ingest-connect-tests"),
+                                {**LOCAL_DEFAULTS, **CONNECT_TEST_CONF})
+    session = builder.getOrCreate()
+    yield session
+    session.stop()
