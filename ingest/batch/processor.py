@@ -133,6 +133,12 @@ class BatchProcessor:
     _warmer: StateWarmer | None = None  # the target's next state, computed beside the next batch
     _preparing: threading.Thread | None = None  # the target made while the query starts
 
+    def __getstate__(self) -> dict:
+        """On Spark Connect foreachBatch pickles the processor to a worker beside the server:
+        threads and what they hold (a session, a JVM's table state) stay here, the worker
+        makes its own."""
+        return {**self.__dict__, "_preparing": None, "_warmer": None}
+
     def prepare(self, spark, batch_schema: StructType) -> None:
         """While the query starts: make the target's tables with the columns a batch of
         `batch_schema` gives them (analysis of an empty batch; no job) and compute their

@@ -62,6 +62,14 @@ class TopicRouter:
     def __post_init__(self) -> None:
         self.threads = self.threads or table_threads(self.pipeline)
 
+    def __getstate__(self) -> dict:
+        """On Spark Connect foreachBatch pickles the router to a worker: a lock cannot go,
+        a new one is made there."""
+        return {key: value for key, value in self.__dict__.items() if key != "_lock"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, _lock=threading.Lock())
+
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         raw = batch_df.persist()  # read Kafka once, however many tables
         try:

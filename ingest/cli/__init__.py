@@ -18,6 +18,7 @@ from ingest.cli import broker, demo, maintain, plan, produce, replay, run, statu
 from ingest.cli.options import environment
 from ingest.cli.output import BAD_INPUT, CHECK_FAILED, OK, print_problems
 from ingest.errors import IngestError, SpecErrors
+from ingest.platform.connect import ConnectUnsupported
 from ingest.spec.settings import mask
 
 __all__ = ["BAD_INPUT", "CHECK_FAILED", "COMMANDS", "OK", "build_parser", "main"]
@@ -47,6 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     except SpecErrors as errors:  # a conf file, or a spec a command could not load or start
         return print_problems(errors.problems, errors.problems[0].file or "the input", sys.stderr,
                               secrets=args.secrets)
+    except ConnectUnsupported as error:  # asked of Spark Connect, which cannot do it: a usage error
+        print(f"error: {mask(str(error), args.secrets)}", file=sys.stderr)
+        return BAD_INPUT
     except IngestError as error:  # broker down, bad credentials, retention gap, already running
         print(f"error: {mask(str(error), args.secrets)}", file=sys.stderr)
         return CHECK_FAILED

@@ -28,6 +28,9 @@ def add(commands, parents) -> None:
     command.add_argument("--no-preflight", action="store_true",
                          help="skip the broker check and retention guard done with the Python Kafka "
                          "client (for a login only Spark's Java client speaks, e.g. AWS MSK IAM)")
+    command.add_argument("--remote", metavar="URL", default=None,
+                         help="run on Spark Connect: sc://HOST:PORT, or local[N] for a server in this "
+                         "process (default: $SPARK_REMOTE; unset, a classic session)")
     command.add_argument("--fail-fast", action="store_true",
                          help="stop every pipeline when one fails (by default the others go on; "
                          "the exit code is 1 either way)")
@@ -56,10 +59,11 @@ def run(args) -> int:
               "allow_data_loss), and a broker that does not answer shows only as a slow, failed query",
               file=sys.stderr)
     return _supervise(pipelines, args.once, args.secrets, preflight=not args.no_preflight,
-                      fail_fast=args.fail_fast)
+                      fail_fast=args.fail_fast, remote=args.remote)
 
 
-def _supervise(pipelines, once: bool, secrets, preflight: bool = True, fail_fast: bool = False) -> int:
+def _supervise(pipelines, once: bool, secrets, preflight: bool = True, fail_fast: bool = False,
+               remote: str | None = None) -> int:
     import signal
     import threading
 
@@ -70,7 +74,7 @@ def _supervise(pipelines, once: bool, secrets, preflight: bool = True, fail_fast
     supervisor = Supervisor(pipelines, once, on_report=progress.batch, on_note=progress.note,
                             preflight=preflight, fail_fast=fail_fast)
     # the JVM starts while the leases and the preflight run; then Delta's MERGE warms up
-    session = SessionStart("ingest-run", warm_up=True)
+    session = SessionStart("ingest-run", warm_up=True, remote=remote)
     supervisor.claim()  # needs no Spark: a second copy or a dead broker fails in a second
     stopped_by = []
 

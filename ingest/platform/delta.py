@@ -11,6 +11,8 @@ import os
 import re
 from typing import Protocol
 
+from ingest.platform.connect import is_connect
+
 _NAME_PART = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|`[^`]+`")
 _URI_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 
@@ -31,7 +33,12 @@ def delta_table(session, where: Located):
 
 
 def at_location(session, location: str, is_table: bool):
-    """The DeltaTable of a catalog name (`is_table`) or a path."""
+    """The DeltaTable of a catalog name (`is_table`) or a path; on Spark Connect its SQL
+    stand-in (`platform.delta_sql`)."""
+    if is_connect(session):
+        from ingest.platform.delta_sql import SqlDeltaTable, sql_name
+
+        return SqlDeltaTable(session, sql_name(location, is_table))
     from delta.tables import DeltaTable
 
     return DeltaTable.forName(session, location) if is_table else DeltaTable.forPath(session, location)
@@ -68,11 +75,26 @@ def write_checkpoint(session, log, snapshot) -> None:
 
 
 def table_exists(session, where: Located) -> bool:
-    from delta.tables import DeltaTable
-
     if where.table:
         return session.catalog.tableExists(where.table)
+    if is_connect(session):
+        from ingest.platform.delta_sql import is_delta_table
+
+        return is_delta_table(session, where.path)
+    from delta.tables import DeltaTable
+
     return DeltaTable.isDeltaTable(session, where.path)
+
+
+def table_builder(session):
+    """`DeltaTable.createIfNotExists(session)`, or its SQL stand-in on Spark Connect."""
+    if is_connect(session):
+        from ingest.platform.delta_sql import SqlTableBuilder
+
+        return SqlTableBuilder(session)
+    from delta.tables import DeltaTable
+
+    return DeltaTable.createIfNotExists(session)
 
 
 def read(session, where: Located):

@@ -114,10 +114,16 @@ def _configured(builder, settings: dict[str, str]):
 
 
 def get_session(app_name: str = "ingest", conf: dict[str, str] | None = None,
-                master: str | None = None):
-    """The active SparkSession if there is one (used as is), else a new configured one."""
+                master: str | None = None, remote: str | None = None):
+    """The active SparkSession if there is one (used as is), else a new configured one;
+    a Spark Connect session when `remote` or SPARK_REMOTE names a server (`platform.connect`)."""
     from pyspark.sql import SparkSession
 
+    from ingest.platform.connect import connect_session, remote_url
+
+    url = remote_url(remote)
+    if url is not None:
+        return connect_session(url, app_name, conf)
     existing = existing_session()
     if existing is not None:
         return existing
@@ -189,8 +195,12 @@ class SessionStart:
     that needs no Spark (`ingest run`: the leases and the broker preflight). If that
     work fails, the caller exits without waiting: pyspark kills a launched JVM at exit."""
 
-    def __init__(self, app_name: str, conf: dict[str, str] | None = None, warm_up: bool = False):
+    def __init__(self, app_name: str, conf: dict[str, str] | None = None, warm_up: bool = False,
+                 remote: str | None = None):
+        from ingest.platform.connect import remote_url
+
         self._session = None
+        self._remote = remote_url(remote)
         self._warm_up = warm_up
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._start, args=(app_name, conf),
@@ -199,6 +209,11 @@ class SessionStart:
 
     def _start(self, app_name: str, conf: dict[str, str] | None) -> None:
         try:
+            if self._remote is not None:  # no JVM here to warm up
+                from ingest.platform.connect import connect_session
+
+                self._session = connect_session(self._remote, app_name, conf)
+                return
             fresh = existing_session() is None and not (on_databricks() or under_spark_submit())
             self._session = get_session(app_name, conf)
             if self._warm_up and fresh:

@@ -11,6 +11,7 @@ from ingest.batch.commit import faults
 from ingest.batch.processor import BatchProcessor, BatchReport, payload_schema
 from ingest.batch.routing import TopicRouter
 from ingest.kafka.source import read_stream
+from ingest.platform.connect import is_connect
 from ingest.spec import template
 from ingest.spec.model import Pipeline
 
@@ -29,7 +30,10 @@ def start_query(spark, pipeline: Pipeline, once: bool = False,
         processor = TopicRouter(pipeline, bounded=merge_bounds_on())
     else:
         processor = BatchProcessor(pipeline, payload_schema(spark, pipeline), bounded=merge_bounds_on())
-    if on_report is not None:
+    if on_report is not None and not is_connect(spark):
+        # On Connect the processor is pickled to a worker beside the server: what it reports
+        # would stay there. The caller reads each batch's report from the ledger instead
+        # (`stream.connect_reports`).
         processor.on_report = on_report
     faults.arm(spark)
     stream = read_stream(spark, pipeline, starting_offsets)

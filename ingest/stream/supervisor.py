@@ -19,11 +19,13 @@ from ingest.batch.lost_ranges import record_lost
 from ingest.batch.processor import BatchReport
 from ingest.errors import SpecErrors, first_line, first_lines
 from ingest.kafka.checkpoint import read_state
+from ingest.platform.connect import is_connect
 from ingest.platform.session import on_databricks
 from ingest.spec.locations import shared_locations
 from ingest.spec.model import Pipeline
 from ingest.spec.sql_check import check_sql
 from ingest.stream import recovery
+from ingest.stream.connect_reports import LedgerReports
 from ingest.stream.lease import Lease
 from ingest.stream.log_store import single_driver_warning
 from ingest.stream.maintenance import OptimizeSchedule
@@ -51,6 +53,7 @@ class _Running:
     optimize: OptimizeSchedule | None = None
     query: Any = None  # pyspark's StreamingQuery once started
     processor: Any = None
+    ledger_reports: LedgerReports | None = None  # on Spark Connect, where the reports come from
     batches: int = 0
 
 
@@ -127,6 +130,8 @@ class Supervisor:
         run.query, run.processor = start_query(
             self.spark, pipeline, once=self.once, starting_offsets=plan.starting_offsets,
             on_report=lambda report: self._reported(run, report))
+        if is_connect(self.spark):
+            run.ledger_reports = LedgerReports(self.spark, pipeline, run.query)
 
     def _reported(self, running: _Running, report: BatchReport) -> None:
         running.batches += 1
@@ -179,7 +184,11 @@ class Supervisor:
             if run.pipeline.name in outcomes:
                 continue
             _await(run.query, poll_s / max(1, len(self.running)))
-            if not run.query.isActive:
+            active = run.query.isActive
+            if run.ledger_reports is not None:  # after isActive: a query ended has no batch to come
+                for report in run.ledger_reports.new():
+                    self._reported(run, report)
+            if not active:
                 if run.processor is not None:
                     run.processor.settle()
                 outcome = outcomes[run.pipeline.name] = self._outcome(run)
@@ -188,7 +197,10 @@ class Supervisor:
                                  "pipelines go on (--fail-fast stops them all)")
 
     def _driver_alive(self) -> bool:
-        """Whether the driver JVM still answers with its SparkContext running."""
+        """Whether the driver JVM still answers with its SparkContext running (on Spark
+        Connect: whether the session to the server is open)."""
+        if is_connect(self.spark):
+            return not self.spark.is_stopped
         try:
             return not self.spark.sparkContext._jsc.sc().isStopped()
         except Exception:  # py4j: the gateway itself is gone

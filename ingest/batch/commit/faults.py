@@ -104,6 +104,10 @@ _jvm_pid: int | None = None
 def arm(spark) -> None:
     """Remember the driver JVM, so a crash takes it down too (it would finish a commit)."""
     global _jvm_pid
+    if _FAULT is not None and getattr(spark, "_jvm", None) is None:
+        from ingest.platform.connect import refuse
+
+        raise refuse(f"fault injection (INGEST_FAULT={_TEXT})")
     if _FAULT is not None:
         _jvm_pid = int(spark._jvm.java.lang.ProcessHandle.current().pid())
 

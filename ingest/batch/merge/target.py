@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 
 from ingest.batch.commit.warm_state import TABLE_CHECKPOINT_INTERVAL
 from ingest.batch.staged import RAW, REASON, STAGE
-from ingest.platform.delta import builder_location, builder_name, delta_table
+from ingest.platform.delta import builder_location, builder_name, delta_table, table_builder
 from ingest.platform.files import local_path
 from ingest.spec.columns import UID
 from ingest.spec.model import Target
@@ -74,11 +74,9 @@ def target_schema(session, target: Target):
 
 def create_table(session, target: Target, rows: DataFrame) -> None:
     """Create the target with the batch's columns, if no one has yet."""
-    from delta.tables import DeltaTable
-
     if target.path:
         clear_unborn_log(target.path)
-    builder = DeltaTable.createIfNotExists(session)
+    builder = table_builder(session)
     builder = builder.tableName(builder_name(target.table)) if target.table else builder.location(
         builder_location(target.path))
     builder = builder.addColumns(rows.schema)

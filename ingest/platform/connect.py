@@ -1,0 +1,67 @@
+"""Spark Connect: a session whose driver is a server elsewhere (Databricks serverless and
+standard access mode, or any `sc://` server).
+
+The client holds no JVM: no `_jvm`, no `sparkContext`, and `foreachBatch` runs the pickled
+batch function in a Python worker beside the server. The rest of `ingest` asks
+`is_connect` where the two differ. A session is chosen the usual way: `--remote URL` on
+the command line, else `SPARK_REMOTE`; `local[N]` starts a server in this process (it
+refuses to where a classic session exists), configured as a local classic session is.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+
+from ingest.errors import IngestError
+
+REMOTE_VARIABLE = "SPARK_REMOTE"
+NO_CLIENT = ("Spark Connect needs its Python client: pip install 'ingest[connect]' "
+             "(pandas, pyarrow, grpcio, grpcio-status, zstandard)")
+
+
+class ConnectUnsupported(IngestError):
+    """A feature that needs the driver's JVM in this process, asked of a Connect session."""
+
+
+def is_connect(session) -> bool:
+    """Whether `session` is a Spark Connect session (pyspark's or Databricks Connect's)."""
+    return type(session).__module__.startswith("pyspark.sql.connect")
+
+
+def remote_url(option: str | None = None) -> str | None:
+    """The Connect server asked for: the option, else SPARK_REMOTE; None for a classic session."""
+    return option or os.environ.get(REMOTE_VARIABLE) or None
+
+
+def connect_session(url: str, app_name: str = "ingest", conf: dict[str, str] | None = None):
+    """A Connect session to `url`. For `local[N]` the server starts here and takes Delta,
+    the Kafka connector's jars and the local defaults; a remote server keeps its own."""
+    from ingest.platform.session import LOCAL_DEFAULTS, SessionError, configure_builder
+
+    try:
+        from pyspark.sql import SparkSession
+
+        builder = SparkSession.builder.remote(url).appName(app_name)
+        if url.startswith("local"):
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+            # the batch function's worker runs this interpreter, which has ingest installed
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+            builder = configure_builder(builder, {**LOCAL_DEFAULTS, **(conf or {})})
+        else:
+            for key, value in (conf or {}).items():
+                builder = builder.config(key, value)
+        with warnings.catch_warnings():
+            # The in-process server took the static settings at its start; the client then sets
+            # every builder setting again and warns of the static ones it cannot change.
+            warnings.filterwarnings("ignore", message="Failed to set", category=UserWarning)
+            return builder.getOrCreate()
+    except ImportError as missing:
+        raise SessionError(f"{NO_CLIENT}; {missing}") from None
+
+
+def refuse(what: str) -> ConnectUnsupported:
+    """The error for a feature Connect cannot carry: said plainly, never half done."""
+    return ConnectUnsupported(f"{what} is not available on Spark Connect: it needs the Spark driver's JVM "
+                              "in this process; run it with a classic session (no --remote, no SPARK_REMOTE)")

@@ -1,0 +1,87 @@
+"""Batch reports of a query on Spark Connect, read where the client can see them.
+
+On Connect the batch function runs in a worker beside the server: its report
+(`BatchReport`) never reaches this process. What does: the query's progress (which
+batches ran, how long each took) and the target's Delta log, where each batch's commit
+carries its ledger entry (counts, planned offsets) and Delta's MERGE metrics. A report
+is rebuilt from those two, the same line `ingest run` prints on a classic session.
+
+Differences from the worker's own report: the offsets are the planned range (the
+ledger's), not the first and last record read, and the seconds are Spark's `addBatch`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ingest.batch.commit import ledger
+from ingest.batch.merge.target import MergeResult
+from ingest.batch.processor import STAGES, BatchReport, BatchSummary
+from ingest.kafka.offsets import from_json
+from ingest.platform.delta import at_location, table_exists
+from ingest.spec.model import Pipeline
+
+# More than the query's recent progress can hold between two polls (Spark keeps 100).
+_HISTORY_ROWS = 200
+
+
+@dataclass
+class LedgerReports:
+    """Reports of the batches `query` has finished since the last call, oldest first."""
+
+    spark: Any
+    pipeline: Pipeline
+    query: Any  # pyspark's StreamingQuery (Connect)
+    seen: set[int] = field(default_factory=set)
+
+    def new(self) -> list[BatchReport]:
+        ran = {p.batchId: p for p in self.query.recentProgress
+               if p.batchId not in self.seen and p.numInputRows > 0}
+        if not ran:
+            return []
+        commits = self._commits(set(ran))
+        reports = []
+        for batch_id in sorted(ran):
+            if batch_id not in commits:  # its commit is not in the log yet: asked again next time
+                continue
+            self.seen.add(batch_id)
+            entry, metrics = commits[batch_id]
+            seconds = (ran[batch_id].durationMs or {}).get("addBatch", 0) / 1000
+            reports.append(BatchReport(self.pipeline.name, batch_id, summary_of(entry),
+                                       merge_result(metrics), seconds))
+        return reports
+
+    def _commits(self, batch_ids: set[int]) -> dict[int, tuple[dict, dict]]:
+        """batch id -> (ledger entry, MERGE metrics) of this query's commits in the target."""
+        target = self.pipeline.target
+        if not table_exists(self.spark, target):
+            return {}
+        app = ledger.app_id(self.pipeline.name, str(self.query.id))
+        rows = (at_location(self.spark, target.location, bool(target.table)).history(_HISTORY_ROWS)
+                .select("userMetadata", "operationMetrics").collect())
+        found: dict[int, tuple[dict, dict]] = {}
+        for row in rows:
+            entry = ledger.parse_metadata(row.userMetadata)
+            if entry and entry.get("app_id") == app and entry.get("batch_id") in batch_ids:
+                found.setdefault(entry["batch_id"], (entry, row.operationMetrics or {}))
+        return found
+
+
+def summary_of(entry: dict) -> BatchSummary:
+    counts = entry.get("counts") or {}
+    end = from_json(entry.get("end_offsets") or {})
+    planned = from_json(entry.get("start_offsets") or {})
+    # a partition the ledger has no planned start for (the batch's checkpoint entry was gone)
+    start: dict = {t: {p: planned.get(t, {}).get(p, "?") for p in parts} for t, parts in end.items()}
+    return BatchSummary(read=int(counts.get("read", 0)), unique=int(counts.get("unique", 0)),
+                        by_stage={s: int(counts.get(s, 0)) for s in STAGES},
+                        start_offsets=start, end_offsets=end, bounds={})
+
+
+def merge_result(metrics: dict) -> MergeResult:
+    def figure(name: str) -> int:
+        return int(metrics.get(name) or 0)
+
+    return MergeResult(inserted=figure("numTargetRowsInserted"), updated=figure("numTargetRowsUpdated"),
+                       deleted=figure("numTargetRowsDeleted"))
