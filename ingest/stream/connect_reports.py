@@ -18,6 +18,7 @@ from typing import Any
 from ingest.batch.commit import ledger
 from ingest.batch.merge.target import MergeResult
 from ingest.batch.processor import STAGES, BatchReport, BatchSummary
+from ingest.kafka.checkpoint import planned_end, read_state
 from ingest.kafka.offsets import from_json
 from ingest.platform.delta import at_location, table_exists
 from ingest.spec.model import Pipeline
@@ -85,3 +86,33 @@ def merge_result(metrics: dict) -> MergeResult:
 
     return MergeResult(inserted=figure("numTargetRowsInserted"), updated=figure("numTargetRowsUpdated"),
                        deleted=figure("numTargetRowsDeleted"))
+
+
+class WorkerError(Exception):
+    """What failed a batch in the worker beside the server, as its traceback's last line said."""
+
+
+def worker_failure(spark, pipeline: Pipeline, error: BaseException) -> tuple[int | None, dict | None, BaseException]:
+    """(batch id, its planned end offsets, the cause) of a query on Connect that failed in a
+    batch. The batch is the last one planned (Spark writes its offsets before running it and
+    commits them only once it succeeds); the cause is the worker's exception, not the
+    traceback's first lines that the query's error starts with."""
+    state = read_state(spark, pipeline.checkpoint)
+    batch_id = state.planned_batch
+    offsets = None if batch_id is None else planned_end(spark, pipeline.checkpoint, batch_id)
+    cause = WorkerError(worker_message(str(error)))
+    cause.__cause__ = error
+    return batch_id, offsets, cause
+
+
+def worker_message(text: str) -> str:
+    """The exception line (`Type: message`, and what follows it) of the Python traceback in a
+    Connect query's error; the text as it is when it holds none."""
+    _, found, traceback = text.partition("Traceback (most recent call last):")
+    if not found:
+        return text
+    lines = traceback.split("\n")
+    # the exception line is the last one at the left margin before any JVM part
+    jvm = next((n for n, line in enumerate(lines) if line.startswith("JVM stacktrace")), len(lines))
+    named = [n for n, line in enumerate(lines[:jvm]) if line and not line[0].isspace()]
+    return "\n".join(lines[named[0]:jvm]).strip() if named else text

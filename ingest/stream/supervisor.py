@@ -25,7 +25,7 @@ from ingest.spec.locations import shared_locations
 from ingest.spec.model import Pipeline
 from ingest.spec.sql_check import check_sql
 from ingest.stream import recovery
-from ingest.stream.connect_reports import LedgerReports
+from ingest.stream.connect_reports import LedgerReports, worker_failure
 from ingest.stream.lease import Lease
 from ingest.stream.log_store import single_driver_warning
 from ingest.stream.maintenance import OptimizeSchedule
@@ -248,6 +248,8 @@ class Supervisor:
         failure = getattr(run.processor, "failure", None)
         if failure is not None:
             batch_id, offsets, cause = failure
+        elif run.ledger_reports is not None:  # on Connect the failure stayed in the worker
+            batch_id, offsets, cause = worker_failure(self.spark, run.pipeline, error)
         else:
             batch_id, offsets, cause = None, None, error
         if offsets is None:

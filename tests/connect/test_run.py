@@ -55,3 +55,89 @@ def test_insert_only_json_with_retries_and_a_bad_record(connect_spark, kafka, to
     assert rows(connect_spark, tmp_path / "tables" / "connect_orders").keys() == target.keys()
     audit = ingest.verify(connect_spark, pipeline_file)
     assert (audit.ok, audit.target_rows, audit.dead_letters, audit.duplicates) == (True, 10, 1, 0)
+
+
+def test_the_python_api_reports_each_batch_from_the_ledger(connect_spark, kafka, topic, tmp_path, bootstrap):
+    send(kafka, topic, orders(6) + [("bad", b"{oops", 1)])
+    pipeline_file = write_pipeline(tmp_path, topic, name="connect_reports")
+
+    handle = ingest.start(connect_spark, pipeline_file, once=True)
+    [outcome] = handle.await_termination(timeout=600)
+
+    assert outcome.error is None and outcome.batches == len(handle.reports) >= 1
+    assert sum(r.summary.read for r in handle.reports) == 7
+    assert sum(r.summary.dead_letters for r in handle.reports) == 1
+    assert sum(r.merged.inserted for r in handle.reports) == 6
+    history = connect_spark.sql(f"DESCRIBE HISTORY delta.`{tmp_path / 'tables' / 'connect_reports'}`")
+    entries = [json.loads(r.userMetadata) for r in history.collect() if r.operation == "MERGE"]
+    assert {e["app_id"] for e in entries} == {f"ingest-connect_reports-{e['app_id'].split('-', 2)[2]}"
+                                              for e in entries}
+    assert sorted(e["batch_id"] for e in entries) == sorted(r.batch_id for r in handle.reports)
+
+
+def test_ingest_run_remote_once_prints_batch_lines(connect_spark, kafka, topic, tmp_path, bootstrap, capsys):
+    from ingest.cli import main
+
+    send(kafka, topic, orders(5) + orders(2) + [("bad", b"{oops", 0)])
+    pipeline_file = write_pipeline(tmp_path, topic, name="connect_cli")
+
+    code = main(["run", str(pipeline_file), "--remote", "sc://localhost", "--once"])
+
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    lines = [line for line in out.out.splitlines() if line.startswith("connect_cli batch ")]
+    assert lines and sum(int(line.split("read ")[1].split(",")[0]) for line in lines) == 8
+    assert "dead letters 1 (decode 1" in out.out
+    assert f"connect_cli: done after {len(lines)} batch(es)" in out.out
+
+
+def test_a_failed_batch_fails_the_run_with_its_error(connect_spark, kafka, topic, tmp_path, bootstrap, capsys):
+    from ingest.cli import main
+
+    send(kafka, topic, orders(4))
+    pipeline_file = write_pipeline(tmp_path, topic, name="connect_broken")
+    (tmp_path / "tables").mkdir()
+    (tmp_path / "tables" / "connect_broken").write_text("not a table")  # the target cannot be created
+
+    code = main(["run", str(pipeline_file), "--remote", "sc://localhost", "--once"])
+
+    err = capsys.readouterr().err
+    assert code == 1
+    # the batch, its planned offsets and the worker's exception, not its traceback's first lines
+    assert f"error: pipeline connect_broken failed in batch 0 (offsets {topic}/0:2 {topic}/1:2): " in err
+    assert "AnalysisException: [DELTA_TABLE_NOT_FOUND]" in err and "Traceback" not in err
+
+
+def test_fault_injection_is_refused_on_connect(connect_spark, kafka, topic, tmp_path, bootstrap, capsys,
+                                              monkeypatch):
+    from ingest.batch.commit import faults
+    from ingest.cli import main
+
+    monkeypatch.setenv("INGEST_FAULT_CONFIRM", "crash")
+    pipeline_file = write_pipeline(tmp_path, topic, name="connect_faulty")
+    with faults.raising("after_target_commit"):
+        code = main(["run", str(pipeline_file), "--remote", "sc://localhost", "--once"])
+
+    assert code == 2
+    assert "fault injection" in capsys.readouterr().err
+    assert not (tmp_path / "checkpoints" / "connect_faulty" / "_ingest_lease.json").exists()
+
+
+def test_upsert_keeps_the_latest_version_of_each_uid(connect_spark, kafka, topic, tmp_path, bootstrap):
+    first = [(f"u{i}", {"order_id": f"o{i}", "amount": 1.0, "ts": "2026-11-01T10:00:00"}, 0) for i in range(4)]
+    later = [(f"u{i}", {"order_id": f"o{i}", "amount": 2.0, "ts": "2026-11-01T11:00:00"}, 1) for i in range(2)]
+    stale = [("u3", {"order_id": "o3", "amount": 9.0, "ts": "2026-11-01T09:00:00"}, 1)]  # older: loses
+    send(kafka, topic, first + later + stale)
+    pipeline_file = write_pipeline(tmp_path, topic, name="connect_upsert",
+                                   target={"mode": "upsert", "order_by": "ts"})
+
+    [outcome] = ingest.run(connect_spark, pipeline_file, once=True)
+    assert outcome.error is None
+    send(kafka, topic, [("u2", {"order_id": "o2", "amount": 3.0, "ts": "2026-11-01T12:00:00"}, 0)])
+    [again] = ingest.run(connect_spark, pipeline_file, once=True)  # a later version in a later batch
+    assert again.error is None
+
+    amounts = {uid: row.amount for uid, row in rows(connect_spark, tmp_path / "tables" / "connect_upsert").items()}
+    assert amounts == {"u0": 2.0, "u1": 2.0, "u2": 3.0, "u3": 1.0}
+    audit = ingest.verify(connect_spark, pipeline_file)
+    assert audit.ok and audit.duplicates == 0
