@@ -174,6 +174,10 @@ class _Checkpoint:
     and `chunks/<n>` for every chunk done."""
 
     def __init__(self, spark, folder: str, ident: str):
+        if getattr(spark, "_jvm", None) is None:
+            from ingest.platform.connect import refuse
+
+            raise refuse("ingest replay (its progress is kept through Hadoop's FileSystem)")
         self.fs_path = spark._jvm.org.apache.hadoop.fs.Path
         self.fs = self.fs_path(folder).getFileSystem(spark._jsc.hadoopConfiguration())
         self.folder = folder

@@ -19,7 +19,7 @@ from ingest.batch.lost_ranges import record_lost
 from ingest.batch.processor import BatchReport
 from ingest.errors import SpecErrors, first_line, first_lines
 from ingest.kafka.checkpoint import read_state
-from ingest.platform.connect import is_connect
+from ingest.platform.connect import is_connect, refuse
 from ingest.platform.session import on_databricks
 from ingest.spec.locations import shared_locations
 from ingest.spec.model import Pipeline
@@ -95,6 +95,11 @@ class Supervisor:
 
     def start(self, spark) -> None:
         self.spark = spark
+        if is_connect(spark) and len(self.running) > 1:
+            self._stop_all()
+            # the batches of every query run on the session that started them: one pipeline's
+            # txn id could land on another's commit
+            raise refuse("several pipelines in one application (their txn ids would share a session)")
         refused = [problem for run in self.running for problem in _spec_problems(spark, run.pipeline)]
         if refused:  # `validate`'s Spark checks: a row-changing transform, a non-deterministic uid
             self._stop_all()
@@ -113,6 +118,9 @@ class Supervisor:
         plan = recovery.plan_start(self.spark, pipeline, watermarks)
         for note in plan.notes + recovery.check_gaps(pipeline, plan):
             self.on_note(note)
+        if is_connect(self.spark) and pipeline.spark_conf:
+            self.on_note(f"{pipeline.name}: spark_conf reaches the query but not its batches' MERGE on "
+                         "Spark Connect yet")
         warning = single_driver_warning(pipeline, lambda key: self.spark.conf.get(key, None), on_databricks())
         if warning:
             self.on_note(warning)

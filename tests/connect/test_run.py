@@ -141,3 +141,16 @@ def test_upsert_keeps_the_latest_version_of_each_uid(connect_spark, kafka, topic
     assert amounts == {"u0": 2.0, "u1": 2.0, "u2": 3.0, "u3": 1.0}
     audit = ingest.verify(connect_spark, pipeline_file)
     assert audit.ok and audit.duplicates == 0
+
+
+def test_several_pipelines_in_one_application_are_refused(connect_spark, kafka, topic, tmp_path, bootstrap,
+                                                          capsys):
+    from ingest.cli import main
+
+    files = [str(write_pipeline(tmp_path, topic, name=name)) for name in ("connect_one", "connect_two")]
+
+    code = main(["run", *files, "--remote", "sc://localhost", "--once"])
+
+    assert code == 2
+    assert "several pipelines in one application" in capsys.readouterr().err
+    assert not list(tmp_path.glob("checkpoints/*/_ingest_lease.json"))
