@@ -36,6 +36,10 @@ def rows(spark, path) -> dict:
     return {r._uid: r for r in spark.read.format("delta").load(str(path)).collect()}
 
 
+def latest_version(spark, path) -> int:
+    return spark.sql(f"DESCRIBE HISTORY delta.`{path}` LIMIT 1").collect()[0].version
+
+
 def test_insert_only_json_with_retries_and_a_bad_record(connect_spark, kafka, topic, tmp_path, bootstrap):
     retried = orders(4)[:2]  # the producer's retries: the same uids again, at new offsets
     send(kafka, topic, orders(10) + retried + [("bad", b"{oops", 0)])
@@ -50,8 +54,10 @@ def test_insert_only_json_with_retries_and_a_bad_record(connect_spark, kafka, to
     dead = connect_spark.read.format("delta").load(str(tmp_path / "dead_letter" / "connect_orders")).collect()
     assert [(d.stage, d.value) for d in dead] == [("decode", b"{oops")]
 
+    version = latest_version(connect_spark, tmp_path / "tables" / "connect_orders")
     [again] = ingest.run(connect_spark, pipeline_file, once=True)  # nothing new: nothing changes
-    assert again.error is None
+    assert again.error is None and again.batches == 0
+    assert latest_version(connect_spark, tmp_path / "tables" / "connect_orders") == version
     assert rows(connect_spark, tmp_path / "tables" / "connect_orders").keys() == target.keys()
     audit = ingest.verify(connect_spark, pipeline_file)
     assert (audit.ok, audit.target_rows, audit.dead_letters, audit.duplicates) == (True, 10, 1, 0)
@@ -75,7 +81,8 @@ def test_the_python_api_reports_each_batch_from_the_ledger(connect_spark, kafka,
     assert sorted(e["batch_id"] for e in entries) == sorted(r.batch_id for r in handle.reports)
 
 
-def test_ingest_run_remote_once_prints_batch_lines(connect_spark, kafka, topic, tmp_path, bootstrap, capsys):
+def test_ingest_run_remote_once_prints_batch_lines(connect_spark, kafka, topic, tmp_path, bootstrap, capsys,
+                                                   monkeypatch):
     from ingest.cli import main
 
     send(kafka, topic, orders(5) + orders(2) + [("bad", b"{oops", 0)])
@@ -89,6 +96,10 @@ def test_ingest_run_remote_once_prints_batch_lines(connect_spark, kafka, topic, 
     assert lines and sum(int(line.split("read ")[1].split(",")[0]) for line in lines) == 8
     assert "dead letters 1 (decode 1" in out.out
     assert f"connect_cli: done after {len(lines)} batch(es)" in out.out
+
+    monkeypatch.setenv("SPARK_REMOTE", "sc://localhost")  # the other way to choose Connect
+    assert main(["verify", str(pipeline_file)]) == 0
+    assert "OK" in capsys.readouterr().out
 
 
 def test_a_failed_batch_fails_the_run_with_its_error(connect_spark, kafka, topic, tmp_path, bootstrap, capsys):
