@@ -21,6 +21,7 @@ from ingest.errors import SpecErrors, first_line, first_lines
 from ingest.kafka.checkpoint import read_state
 from ingest.platform.connect import is_connect, refuse
 from ingest.platform.session import on_databricks
+from ingest.spec import template
 from ingest.spec.locations import shared_locations
 from ingest.spec.model import Pipeline
 from ingest.spec.sql_check import check_sql
@@ -100,6 +101,10 @@ class Supervisor:
             # the batches of every query run on the session that started them: one pipeline's
             # txn id could land on another's commit
             raise refuse("several pipelines in one application (their txn ids would share a session)")
+        if is_connect(spark) and any(template.is_per_topic(run.pipeline) for run in self.running):
+            self._stop_all()
+            # its batch reports would be read from one target's ledger, and it has one per topic
+            raise refuse("a table per topic (`${topic}` in the target)")
         refused = [problem for run in self.running for problem in _spec_problems(spark, run.pipeline)]
         if refused:  # `validate`'s Spark checks: a row-changing transform, a non-deterministic uid
             self._stop_all()

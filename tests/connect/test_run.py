@@ -165,3 +165,15 @@ def test_several_pipelines_in_one_application_are_refused(connect_spark, kafka, 
     assert code == 2
     assert "several pipelines in one application" in capsys.readouterr().err
     assert not list(tmp_path.glob("checkpoints/*/_ingest_lease.json"))
+
+
+def test_a_table_per_topic_is_refused_for_now(connect_spark, kafka, topic, tmp_path, bootstrap, capsys):
+    from ingest.cli import main
+
+    pipeline_file = write_pipeline(tmp_path, topic, name="connect_per_topic",
+                                   target={"path": str(tmp_path / "tables" / "${topic}")})
+
+    code = main(["run", str(pipeline_file), "--remote", "sc://localhost", "--once"])
+
+    assert code == 2, capsys.readouterr().err
+    assert "a table per topic" in capsys.readouterr().err
