@@ -36,6 +36,25 @@ def pytest_configure(config):
     child_jvms.configure()
 
 
+# Files whose tests read one `ingest demo` (the session fixture `demo_run`, its own broker and
+# three JVMs): on one worker, so the demo runs once per suite, not once per worker that needs it.
+SHARING_THE_DEMO = ("tests/integration/test_demo.py", "tests/integration/test_notebooks.py")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile`, with the files that share the demo as one unit."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class DemoOnceScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = super()._split_scope(nodeid)
+            return SHARING_THE_DEMO[0] if file in SHARING_THE_DEMO else file
+
+    return DemoOnceScheduling(config, log)
+
+
 @pytest.fixture(scope="session")
 def spark():
     from ingest.platform.session import get_session
