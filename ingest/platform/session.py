@@ -40,6 +40,9 @@ LOCAL_DEFAULTS = {
     # Delta rebuilds the table's file list (log replay) in 50 tasks by default, several
     # times per MERGE; on a local machine that is most of a small batch (bench/results/README.md)
     "spark.databricks.delta.snapshotPartitions": _LOCAL_TASKS,
+    # VACUUM lists the table's files in stages of this many tasks (10,000 by default):
+    # `ingest maintain` of a small table ran 70,000 tasks on 2 cores (docs/performance.md)
+    "spark.sql.sources.parallelPartitionDiscovery.parallelism": _LOCAL_TASKS,
     # Adaptive execution runs each shuffle's map side as a job of its own: a small batch
     # took 10 jobs with it, 5 without, and half the time (docs/performance.md)
     "spark.sql.adaptive.enabled": "false",
