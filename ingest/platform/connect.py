@@ -11,6 +11,7 @@ refuses to where a classic session exists), configured as a local classic sessio
 from __future__ import annotations
 
 import os
+import re
 import sys
 import warnings
 
@@ -56,9 +57,41 @@ def connect_session(url: str, app_name: str = "ingest", conf: dict[str, str] | N
             # The in-process server took the static settings at its start; the client then sets
             # every builder setting again and warns of the static ones it cannot change.
             warnings.filterwarnings("ignore", message="Failed to set", category=UserWarning)
-            return builder.getOrCreate()
+            session = builder.getOrCreate()
     except ImportError as missing:
         raise SessionError(f"{NO_CLIENT}; {missing}") from None
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+
+    # A call the server does not answer is retried for about a minute (50 ms, x4 each time, at
+    # most 10 s: 54 s), where pyspark's own policy waits at least ten minutes: a server that
+    # went away took its streaming queries with it, and the run should fail while someone
+    # still watches (the next run resumes from the checkpoint).
+    session.client.set_retry_policies([DefaultPolicy(max_retries=9, max_backoff=10_000)])
+    return session
+
+
+def server_lost(error: BaseException) -> bool:
+    """Whether a Connect call failed because the server cannot be reached (gRPC UNAVAILABLE
+    once the client's retries ran out): it died, or the network to it is gone."""
+    status = getattr(error, "getGrpcStatusCode", None)
+    return status is not None and getattr(status(), "name", None) == "UNAVAILABLE"
+
+
+def abandon(session) -> None:
+    """Close the channel of a session whose server is lost, without the calls that would
+    release the session there: pyspark makes them at exit otherwise, each waiting out the
+    retries (two minutes more before the process ends)."""
+    try:
+        session.client.close()
+    except Exception:  # best effort: the channel is being dropped anyway
+        pass
+
+
+def unreachable(error: BaseException) -> str:
+    """What gRPC said of a server it could not reach (the address and why), without the
+    call's dump around it."""
+    found = re.search(r'details = "([^"]*)"', str(error))
+    return found.group(1) if found else str(error).strip().split("\n")[0]
 
 
 def refuse(what: str) -> ConnectUnsupported:

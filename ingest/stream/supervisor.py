@@ -19,7 +19,7 @@ from ingest.batch.lost_ranges import record_lost
 from ingest.batch.processor import BatchReport
 from ingest.errors import SpecErrors, first_line, first_lines
 from ingest.kafka.checkpoint import read_state
-from ingest.platform.connect import is_connect, refuse
+from ingest.platform.connect import abandon, is_connect, refuse, server_lost, unreachable
 from ingest.platform.session import on_databricks
 from ingest.spec import template
 from ingest.spec.locations import shared_locations
@@ -72,6 +72,7 @@ class Supervisor:
         self.metrics: Metrics | None = None
         self.running: list[_Running] = []
         self._stop = threading.Event()
+        self._server_lost = False  # on Spark Connect: its server stopped answering
         self._maintenance: ThreadPoolExecutor | None = None  # compaction beside the batches
 
     def claim(self) -> None:
@@ -181,6 +182,9 @@ class Supervisor:
                 try:
                     self._poll(outcomes, poll_s)
                 except Exception as error:
+                    if is_connect(self.spark) and server_lost(error):
+                        self._server_lost = True  # any further call would wait out the client's retries
+                        abandon(self.spark)
                     if self._driver_alive():
                         raise
                     self._driver_gone(outcomes, error)
@@ -211,9 +215,9 @@ class Supervisor:
 
     def _driver_alive(self) -> bool:
         """Whether the driver JVM still answers with its SparkContext running (on Spark
-        Connect: whether the session to the server is open)."""
+        Connect: whether the session to the server is open and the server answered)."""
         if is_connect(self.spark):
-            return not self.spark.is_stopped
+            return not (self.spark.is_stopped or self._server_lost)
         try:
             return not self.spark.sparkContext._jsc.sc().isStopped()
         except Exception:  # py4j: the gateway itself is gone
@@ -229,15 +233,20 @@ class Supervisor:
     def _driver_gone(self, outcomes: dict[str, Outcome], error: BaseException) -> None:
         """Every pipeline still running ends: stopped if a stop was requested, else failed."""
         stopped = self._stopped_with_driver()
+        if self._server_lost:  # its queries and their batches went with it
+            gone = f"the Spark Connect server stopped answering under the run ({unreachable(error)})"
+        else:
+            gone = f"the Spark driver (JVM) stopped under the run: {first_line(error, None)}"
         for run in self.running:
             if run.pipeline.name not in outcomes:
                 outcomes[run.pipeline.name] = Outcome(run.pipeline.name, run.batches) if stopped else Outcome(
-                    run.pipeline.name, run.batches, f"pipeline {run.pipeline.name}: the Spark driver (JVM) "
-                    f"stopped under the run: {first_line(error, None)}; the next run resumes from the "
-                    "checkpoint", cause=error)
+                    run.pipeline.name, run.batches, f"pipeline {run.pipeline.name}: {gone}; the next run "
+                    "resumes from the checkpoint", cause=error)
 
     def _stop_all(self) -> None:
         for run in self.running:
+            if self._server_lost:  # its queries went with it; asking would wait out the retries again
+                break
             try:
                 if run.query is not None and run.query.isActive:
                     run.query.stop()
@@ -252,6 +261,8 @@ class Supervisor:
         try:
             error = run.query.exception()
         except Exception as lost:  # the JVM went away between isActive and here
+            if server_lost(lost):
+                raise  # wait() ends every pipeline at once
             error = lost
         if error is None or self._stopped_with_driver():
             return Outcome(run.pipeline.name, run.batches)

@@ -14,11 +14,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from deltalake import DeltaTable as RustTable
 
 from tests.connect.server import ConnectServer
 from tests.connect.test_run import orders, send
-from tests.integration.processes import ROOT, IngestProcess, write_pipeline
+from tests.integration.processes import ROOT, IngestProcess, wait_for, write_pipeline
 
 
 @pytest.fixture(scope="module")
@@ -100,3 +101,55 @@ def test_a_remote_run_is_exact_and_starts_no_jvm_in_the_client(server, kafka, to
     assert not java_attempts.exists(), f"verify started a JVM: {java_attempts.read_text()}"
 
 
+
+def test_the_server_killed_between_the_delta_commit_and_the_checkpoint(server, kafka, topic, tmp_path, no_java):
+    """The issue's crash test on Connect: the server dies after batch 1's MERGE committed and
+    before Spark committed the batch to the checkpoint; on a new server the batch is run again
+    under the same txn id, which Delta skips."""
+    env, java_attempts = no_java
+    sent = orders(20)
+    send(kafka, topic, sent + sent[:2] + [("bad", b"{oops", 1)])  # two retries and a bad record, at the end
+    pipeline_file = write_pipeline(tmp_path, topic, name="remote_killed")
+    spec = yaml.safe_load(pipeline_file.read_text())
+    spec["source"]["kafka"]["max_offsets_per_trigger"] = 10  # three batches or so
+    pipeline_file.write_text(yaml.safe_dump(spec, sort_keys=False))
+    target = tmp_path / "tables" / "remote_killed"
+    checkpoint_commits = tmp_path / "checkpoints" / "remote_killed" / "commits"
+
+    run = remote_run(pipeline_file, kafka, server, tmp_path / "run.log", env)
+    table_version, app, batch = wait_for(lambda: commit_of_batch(target, 1, run), 900,
+                                         "batch 1's commit in the target", lambda: run.output()[-3000:], poll=0.005)
+    server.kill()
+
+    assert not (checkpoint_commits / str(batch)).exists(), "the kill came after the checkpoint's commit"
+    assert run.wait(timeout=600) == 1
+    output = run.output()
+    assert "error: pipeline remote_killed: the Spark Connect server stopped answering under the run " in output
+    assert f"127.0.0.1:{server.port}" in output and "Traceback" not in output, output[-3000:]
+    assert len(batch_lines(output, "remote_killed")) == 1  # batch 0's; batch 1's report died with the server
+
+    server.start()  # the same port, a new JVM: nothing of the old one's state
+    again = remote_run(pipeline_file, kafka, server, tmp_path / "again.log", env)
+    assert again.wait(timeout=900) == 0, again.output()[-3000:]
+
+    assert not java_attempts.exists(), f"the client started a JVM: {java_attempts.read_text()}"
+    commits = txn_commits(target)
+    versions = [version for _, _, version in commits]
+    assert versions == list(range(len(versions))) and len(versions) >= 3, commits  # batch 1 committed once
+    assert (table_version, app, batch) in commits and {a for _, a, _ in commits} == {app}
+    target_uids = uids(target)
+    assert sorted(target_uids) == sorted(uid for uid, _, _ in sent)  # each once: nothing lost or doubled
+    dead_letters = tmp_path / "dead_letter" / "remote_killed"
+    assert [d["value"] for d in RustTable(str(dead_letters)).to_pyarrow_table().to_pylist()] == [b"{oops"]
+    assert len(txn_commits(dead_letters)) == 1
+    audit = remote_verify(pipeline_file, kafka, server, env)
+    assert audit.returncode == 0 and "OK" in audit.stdout, audit.stdout + audit.stderr
+
+
+def commit_of_batch(table: Path, batch: int, run: IngestProcess):
+    """(table version, app id, batch) of the batch's commit once the Delta log has it; fails
+    if the run ended first."""
+    assert run.process.poll() is None, f"the run ended before batch {batch} committed:\n{run.output()[-3000:]}"
+    if not (table / "_delta_log").is_dir():
+        return None
+    return next((commit for commit in txn_commits(table) if commit[2] == batch), None)
