@@ -30,6 +30,13 @@ SERVER_TEST_CONF = {
 }
 
 
+# What pyspark leaves in the environment once a test module's fixture started a server in the
+# test process (`remote("local[2]")`): its token and local mode. A process that inherits them
+# sends that token to, or takes itself for, the in-process server.
+IN_PROCESS_SERVER_VARIABLES = ("SPARK_CONNECT_AUTHENTICATE_TOKEN", "SPARK_LOCAL_REMOTE",
+                               "SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE")
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind((HOST, 0))
@@ -77,7 +84,7 @@ class ConnectServer:
         env = {**os.environ, "SPARK_HOME": str(Path(pyspark.__file__).parent), "SPARK_LOCAL_IP": HOST,
                # foreachBatch's worker runs beside the server: this interpreter, where ingest is installed
                "PYSPARK_PYTHON": sys.executable}
-        for variable in ("SPARK_REMOTE", "PYSPARK_SUBMIT_ARGS"):  # the tests' client settings, not the server's
+        for variable in (*IN_PROCESS_SERVER_VARIABLES, "PYSPARK_SUBMIT_ARGS"):  # a client's, not this server's
             env.pop(variable, None)
         with open(self.log, "ab") as out:
             self.process = subprocess.Popen(self.command(), env=env, stdout=out, stderr=subprocess.STDOUT,

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from deltalake import DeltaTable as RustTable
 
-from tests.connect.server import ConnectServer
+from tests.connect.server import IN_PROCESS_SERVER_VARIABLES, ConnectServer
 from tests.connect.test_run import orders, send
 from tests.integration.processes import ROOT, IngestProcess, wait_for, write_pipeline
 
@@ -28,6 +28,14 @@ def server(tmp_path_factory):
     started.start()
     yield started
     started.stop()
+
+
+@pytest.fixture(autouse=True)
+def client_apart(monkeypatch):
+    """The runs here are clients of the server started apart, whatever server another
+    module's fixture started in this process."""
+    for variable in IN_PROCESS_SERVER_VARIABLES:
+        monkeypatch.delenv(variable, raising=False)
 
 
 @pytest.fixture
