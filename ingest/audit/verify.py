@@ -21,6 +21,7 @@ version).
 from __future__ import annotations
 
 import json
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -116,36 +117,50 @@ def verify(spark, pipeline: Pipeline, only_topics: tuple[str, ...] | None = None
     # Spark's Kafka client retries refused credentials for minutes: ask first, fail fast.
     subscribed = kafka_admin.check_reachable(pipeline.source.kafka)
     ids = current_topic_ids(pipeline, subscribed)
-    target = _read_delta(spark, pipeline.target)
-    dead = dead_letters(spark, pipeline, only_topics, ids)
-    scope, notes, beyond = audit_scope(spark, pipeline, target is not None, only_topics, ids)
-    raw = read_topic(spark, pipeline).persist()
-    try:
-        findings = outside_ledger(pipeline, raw, beyond, target is not None)
-        compared = _compared_columns(spark, pipeline, raw, target)
-        records = _records(spark, pipeline, raw, dead, _uid_holders(spark, pipeline, target), scope, compared)
-        try:
-            compacted = kafka_admin.compacted_topics(pipeline.source.kafka, subscribed) if target else set()
-            findings += _row_findings(pipeline, records, target, compared.columns, compacted)
-            report = _report(pipeline.name, records, target, dead, notes + compared.notes)
-            return replace(report, findings=tuple(findings))
-        finally:
-            records.unpersist()
-    finally:
-        raw.unpersist()
+    table = _read_delta(spark, pipeline.target)
+    scope, notes, beyond = audit_scope(spark, pipeline, table is not None, only_topics, ids)
+    schema = payload_schema(spark, pipeline)
+    # Each table and the topic is read once: every count and finding below reads these
+    # caches, and each read of a Delta table would list its files again.
+    with ExitStack() as held:
+        dead = persisted(held, copies(dead_letters(spark, pipeline, only_topics, ids), COORDINATES))
+        raw = persisted(held, read_topic(spark, pipeline))
+        findings = outside_ledger(pipeline, raw, beyond, table is not None)
+        compared = _compared_columns(pipeline, raw, table, schema)
+        target = persisted(held, _target_rows(table, compared.columns)) if table is not None else None
+        uid_rows = persisted(held, copies(target, [UID])) if target is not None else None
+        holders = _uid_holders(spark, pipeline, uid_rows)
+        records, counts = _records(spark, pipeline, raw, dead, holders, scope, compared, schema)
+        held.callback(records.unpersist)
+        compacted = kafka_admin.compacted_topics(pipeline.source.kafka, subscribed) if target is not None else set()
+        findings += _row_findings(pipeline, records, target, compacted)
+        report = _report(pipeline.name, counts, uid_rows, records, dead, notes + compared.notes)
+        return replace(report, findings=tuple(findings))
 
 
-def _uid_holders(spark, pipeline: Pipeline, target: DataFrame | None) -> DataFrame | None:
-    """Where a uid is accounted: the target; with hard deletes also the delete log, which
-    holds the keys a tombstone or a cdc delete removed from the target."""
+def persisted(held: ExitStack, frame: DataFrame) -> DataFrame:
+    """`frame` persisted until `held` closes."""
+    held.callback(frame.unpersist)
+    return frame.persist()
+
+
+def copies(frame: DataFrame, key: list[str]) -> DataFrame:
+    """One row per `key` with `count`, its rows in `frame`."""
+    return frame.groupBy(*key).count()
+
+
+def _uid_holders(spark, pipeline: Pipeline, uid_rows: DataFrame | None) -> DataFrame | None:
+    """Where a uid is accounted, one row per uid: the target; with hard deletes also the
+    delete log, which holds the keys a tombstone or a cdc delete removed from the target."""
+    target = uid_rows.select(UID) if uid_rows is not None else None
     if not pipeline.keeps_delete_log:
         return target
     from ingest.batch.merge import delete_log
 
     log = _read_delta(spark, delete_log.location(pipeline.target))
     if log is None or target is None:
-        return target if log is None else log.select(UID)
-    return target.select(UID).unionByName(log.select(UID))
+        return target if log is None else log.select(UID).distinct()
+    return target.unionByName(log.select(UID)).distinct()
 
 
 def current_topic_ids(pipeline: Pipeline, subscribed) -> dict[str, str]:
@@ -195,23 +210,24 @@ def dead_letters(spark, pipeline: Pipeline, only_topics=None, topic_ids=None) ->
 # --- each record's fate -----------------------------------------------------------------
 
 
-def _records(spark, pipeline: Pipeline, raw: DataFrame, dead: DataFrame, target: DataFrame | None,
-             scope: DataFrame, compared: Compared) -> DataFrame:
-    """One row per record of the topic: coordinates, uid, stage, and `fate`; persisted.
+def _records(spark, pipeline: Pipeline, raw: DataFrame, dead: DataFrame, holders: DataFrame | None,
+             scope: DataFrame, compared: Compared, schema) -> tuple[DataFrame, dict[str, Any]]:
+    """One row per record of the topic: coordinates, uid, stage, and `fate`; persisted,
+    by the pass that counts them (`_record_counts`).
 
     Every record's stage is re-derived, dead-lettered or not: a good record found in
     the dead letters is a finding, not accounted."""
-    decoded = decode_records(raw, pipeline, payload_schema(spark, pipeline))
-    records = _judge(_staged(pipeline, decoded, (), compared), dead, target, scope).persist()
+    decoded = decode_records(raw, pipeline, schema)
+    records = _judge(_staged(pipeline, decoded, (), compared), dead, holders, scope).persist()
     try:
-        records.count()
-        return records
+        return records, _record_counts(records)
     except Exception as error:  # a record the transform fails on
         records.unpersist()
         if pipeline.transform is None or not transform.is_record_error(error):
             raise
     failed = transform.find_failing(decoded, pipeline.transform)
-    return _judge(_staged(pipeline, decoded, failed, compared), dead, target, scope).persist()
+    records = _judge(_staged(pipeline, decoded, failed, compared), dead, holders, scope).persist()
+    return records, _record_counts(records)
 
 
 def _staged(pipeline: Pipeline, decoded: DataFrame, failed, compared: Compared) -> DataFrame:
@@ -240,10 +256,11 @@ class Compared:
     notes: tuple[str, ...] = ()
 
 
-def _compared_columns(spark, pipeline: Pipeline, raw: DataFrame, target: DataFrame | None) -> Compared:
+def _compared_columns(pipeline: Pipeline, raw: DataFrame, target: DataFrame | None, schema) -> Compared:
     """The payload columns the table has: a reader schema newer than the table (registry
-    `latest`) has columns the table gains only with the next batch."""
-    columns = _payload_columns(spark, pipeline, raw)
+    `latest`) has columns the table gains only with the next batch. `schema`: the
+    pipeline's `payload_schema`."""
+    columns = _payload_columns(pipeline, raw, schema)
     if target is None:
         return Compared(columns)
     has = {c.lower() for c in target.columns}
@@ -251,23 +268,23 @@ def _compared_columns(spark, pipeline: Pipeline, raw: DataFrame, target: DataFra
     kept = [c for c in columns if c.lower() in has]
     notes = ((f"the reader schema has column(s) the table does not have yet: {', '.join(absent)}; their "
               "values are not compared (the table gains them with its next batch)",) if absent else ())
-    return Compared(kept, frozenset(c for c in kept if c in _defaulted_fields(spark, pipeline)), notes)
+    return Compared(kept, frozenset(c for c in kept if c in _defaulted_fields(pipeline, schema)), notes)
 
 
-def _defaulted_fields(spark, pipeline: Pipeline) -> set[str]:
+def _defaulted_fields(pipeline: Pipeline, schema) -> set[str]:
     """Avro reader fields with a non-null default: a record written without the field
     reads the default, where a row written before the table had the column holds null."""
     if pipeline.source.format != "avro":
         return set()
-    reader = payload_schema(spark, pipeline).reader
+    reader = schema.reader
     fields = json.loads(reader).get("fields", []) if isinstance(reader, str) else []
     return {f["name"] for f in fields if f.get("default") is not None}
 
 
-def _payload_columns(spark, pipeline: Pipeline, raw: DataFrame) -> list[str]:
+def _payload_columns(pipeline: Pipeline, raw: DataFrame, schema) -> list[str]:
     """The columns the pipeline writes besides its own, in its order; without those
     computed by `current_timestamp()`, `rand()`... which differ on every evaluation."""
-    decoded = decode(raw.limit(0), pipeline.source.format, payload_schema(spark, pipeline))
+    decoded = decode(raw.limit(0), pipeline.source.format, schema)
     staged = with_uid(transform.apply(decoded, pipeline.transform), pipeline.uid, upsert_order(pipeline))
     changing = changing_columns(staged)
     return [c for c in staged.columns if c not in (RAW, STAGE, REASON, UID) and c.lower() not in changing]
@@ -282,10 +299,22 @@ def payload_hash(payload: list[str]) -> Column:
     return F.xxhash64(F.to_json(F.struct(*[F.col(f"`{c}`") for c in payload])))
 
 
-def _judge(records: DataFrame, dead: DataFrame, target: DataFrame | None, scope: DataFrame) -> DataFrame:
-    uids = (target.select(F.col(UID).alias("__target_uid")).distinct() if target is not None
+def _target_rows(table: DataFrame, payload_columns: list[str]) -> DataFrame:
+    """What the audit judges of each target row: its uid, coordinates, values (as
+    `payload_hash`) and delete state."""
+    columns = {c.lower() for c in table.columns}
+    deleted = F.coalesce(F.col("_deleted"), F.lit(False)) if "_deleted" in columns else F.lit(False)
+    op = F.col("_op") if "_op" in columns else F.lit(None).cast("string")
+    return table.select(UID, "_topic", "_partition", "_offset", payload_hash(payload_columns).alias("__row_payload"),
+                        deleted.alias("__row_deleted"), op.alias("__row_op"))
+
+
+def _judge(records: DataFrame, dead: DataFrame, holders: DataFrame | None, scope: DataFrame) -> DataFrame:
+    """`records` with each one's `fate`. `dead`: the dead letters' `copies` by coordinates;
+    `holders`: the uids the target accounts, one row each."""
+    uids = (holders.select(F.col(UID).alias("__target_uid")) if holders is not None
             else records.sparkSession.createDataFrame([], "__target_uid STRING"))
-    dead_here = dead.select(*COORDINATES).distinct().withColumn("__in_dead", F.lit(True))
+    dead_here = dead.select(*COORDINATES).withColumn("__in_dead", F.lit(True))
     joined = (records.join(F.broadcast(scope), ["topic", "partition"], "left")
               .join(dead_here, COORDINATES, "left")
               .join(uids, F.col("uid") == F.col("__target_uid"), "left"))
@@ -308,19 +337,19 @@ def _judge(records: DataFrame, dead: DataFrame, target: DataFrame | None, scope:
 
 
 def _row_findings(pipeline: Pipeline, records: DataFrame, target: DataFrame | None,
-                  payload_columns: list[str], compacted: set[str]) -> list[str]:
+                  compacted: set[str]) -> list[str]:
     """Target rows that no record explains: presence of a uid is not enough. With
     insert_only, a row must sit at the coordinates of a good record with its uid and
     hold that record's values; with upsert, hold the values of the latest version
     (`order_by`, then Kafka timestamp, then position). Rows of uids no audited record
     reaches are not judged here (their records are before the start, not yet
-    ingested, or gone from the topic)."""
+    ingested, or gone from the topic). `target`: its `_target_rows`."""
     if target is None:
         return []
     good = records.where(F.col("fate") == IN_TARGET)
     rows = target.select(F.col(UID).alias("uid"), F.col("_topic").alias("topic"),
                          F.col("_partition").alias("partition"), F.col("_offset").alias("offset"),
-                         payload_hash(list(payload_columns)).alias("__row_payload"))
+                         "__row_payload")
     rows = rows.join(good.select("uid").distinct(), "uid", "left_semi")
     findings: list[str] = []
     if pipeline.target.mode == "upsert":
@@ -373,10 +402,7 @@ def _delete_findings(pipeline: Pipeline, target: DataFrame, winners: DataFrame) 
     """A key deleted by its latest record must be deleted in the table (soft: `_deleted`,
     `_op` 'd'; hard: no row), and a key whose latest record is a version must have a
     live row: a row deleted by hand is a finding even where the delete log holds its key."""
-    columns = {c.lower() for c in target.columns}
-    deleted = F.coalesce(F.col("_deleted"), F.lit(False)) if "_deleted" in columns else F.lit(False)
-    op = F.col("_op") if "_op" in columns else F.lit(None).cast("string")
-    rows = target.select(F.col(UID).alias("uid"), deleted.alias("__row_deleted"), op.alias("__row_op"))
+    rows = target.select(F.col(UID).alias("uid"), "__row_deleted", "__row_op")
     joined = winners.join(rows, "uid", "left")
     hard = pipeline.target.deletes == "hard"
     present = F.col("__row_deleted").isNotNull()
@@ -422,15 +448,16 @@ def _misplaced(rows: DataFrame, records: DataFrame, compacted: set[str]) -> Data
 # --- the report -------------------------------------------------------------------------
 
 
-def _report(name: str, records: DataFrame, target: DataFrame | None, dead: DataFrame,
-            notes: tuple[str, ...]) -> VerifyReport:
-    counts = _record_counts(records)
-    target_rows, duplicates = _target_counts(target)
-    dead_rows, dead_copies = _dead_letter_counts(dead)
+def _report(name: str, counts: dict[str, Any], uid_rows: DataFrame | None, records: DataFrame,
+            dead: DataFrame, notes: tuple[str, ...]) -> VerifyReport:
+    """`counts`: `_record_counts`; `uid_rows` and `dead`: the `copies` of each uid in the
+    target and of each coordinate in the dead letters."""
+    target_rows, duplicates = copy_counts(uid_rows) if uid_rows is not None else (0, 0)
+    dead_rows, dead_copies = copy_counts(dead)
     return VerifyReport(
         pipeline=name, target_rows=target_rows, duplicates=duplicates, dead_letters=dead_rows,
         dead_letter_duplicates=dead_copies, notes=notes, **counts,
-        duplicate_examples=_duplicate_examples(target) if duplicates else (),
+        duplicate_examples=_duplicate_examples(uid_rows) if duplicates else (),
         missing_examples=_missing_examples(records) if counts["missing"] else (),
         unaccounted_examples=_unaccounted_examples(records) if counts["unaccounted"] else (),
         dead_letter_duplicate_examples=_dead_letter_examples(dead) if dead_copies else (),
@@ -456,24 +483,15 @@ def _record_counts(records: DataFrame) -> dict[str, Any]:  # Any: spread into Ve
     return {key: int(value or 0) for key, value in row.asDict().items()}
 
 
-def _target_counts(target: DataFrame | None) -> tuple[int, int]:
-    if target is None:
-        return 0, 0
-    row = (target.groupBy(UID).count()
-           .agg(F.sum("count").alias("rows"), F.sum(F.when(F.col("count") > 1, 1).otherwise(0)).alias("dups"))
-           .first())
+def copy_counts(copies: DataFrame) -> tuple[int, int]:
+    """(rows, keys with more than one row) of a `copies` frame."""
+    row = copies.agg(F.sum("count").alias("rows"),
+                     F.sum(F.when(F.col("count") > 1, 1).otherwise(0)).alias("dups")).first()
     return int(row.rows or 0), int(row.dups or 0)
 
 
-def _dead_letter_counts(dead: DataFrame) -> tuple[int, int]:
-    row = (dead.groupBy(*COORDINATES).count()
-           .agg(F.sum("count").alias("rows"), F.sum(F.when(F.col("count") > 1, 1).otherwise(0)).alias("dups"))
-           .first())
-    return int(row.rows or 0), int(row.dups or 0)
-
-
-def _duplicate_examples(target: DataFrame) -> tuple[Duplicate, ...]:
-    rows = target.groupBy(UID).count().where(F.col("count") > 1).orderBy(UID).limit(EXAMPLES).collect()
+def _duplicate_examples(uid_rows: DataFrame) -> tuple[Duplicate, ...]:
+    rows = uid_rows.where(F.col("count") > 1).orderBy(UID).limit(EXAMPLES).collect()
     return tuple(Duplicate(r[UID], r["count"]) for r in rows)
 
 
@@ -490,6 +508,5 @@ def _unaccounted_examples(records: DataFrame) -> tuple[Unaccounted, ...]:
 
 
 def _dead_letter_examples(dead: DataFrame) -> tuple[DeadLetterCopies, ...]:
-    rows = (dead.groupBy(*COORDINATES).count().where(F.col("count") > 1)
-            .orderBy(*COORDINATES).limit(EXAMPLES).collect())
+    rows = dead.where(F.col("count") > 1).orderBy(*COORDINATES).limit(EXAMPLES).collect()
     return tuple(DeadLetterCopies(r.topic, r.partition, r.offset, r["count"]) for r in rows)
