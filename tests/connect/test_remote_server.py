@@ -109,7 +109,6 @@ def test_a_remote_run_is_exact_and_starts_no_jvm_in_the_client(server, kafka, to
     assert not java_attempts.exists(), f"verify started a JVM: {java_attempts.read_text()}"
 
 
-
 def test_the_server_killed_between_the_delta_commit_and_the_checkpoint(server, kafka, topic, tmp_path, no_java):
     """The issue's crash test on Connect: the server dies after batch 1's MERGE committed and
     before Spark committed the batch to the checkpoint; on a new server the batch is run again
