@@ -22,7 +22,9 @@ CONNECT_TEST_CONF = {
 
 
 @pytest.fixture(scope="session")
-def connect_spark():
+def connect_spark(kafka):
+    """The broker first: a broker started once the Connect client's gRPC threads run failed
+    once to start (its JVM exited -6, an epoll error in broker.log)."""
     pytest.importorskip("pandas", reason="the Connect client needs the connect extra: make test-connect")
     from pyspark.sql import SparkSession
 
