@@ -20,13 +20,24 @@ the log cleaner after a delete's tombstone).
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from ingest.audit.scope import audit_scope, outside_ledger
-from ingest.audit.verify import COORDINATES, Unaccounted, current_topic_ids, dead_letters, read_topic
+from ingest.audit.verify import (
+    COORDINATES,
+    Unaccounted,
+    copies,
+    copy_counts,
+    current_topic_ids,
+    dead_letters,
+    persisted,
+    read_topic,
+)
 from ingest.batch import transform
 from ingest.batch.formats.cdc import decode_envelope
 from ingest.batch.merge.changes import last_changes
@@ -83,49 +94,62 @@ def verify_changes(spark, pipeline: Pipeline, only_topics: tuple[str, ...] | Non
     table may be shared."""
     ids = current_topic_ids(pipeline, kafka_admin.check_reachable(pipeline.source.kafka))
     exists = table_exists(spark, pipeline.target)
-    dead = dead_letters(spark, pipeline, only_topics, ids)
     scope, notes, beyond = audit_scope(spark, pipeline, exists, only_topics, ids)
-    raw = read_topic(spark, pipeline).persist()
-    try:
+    with ExitStack() as held:  # the dead letters and the topic read once, as in `verify`
+        dead = persisted(held, copies(dead_letters(spark, pipeline, only_topics, ids), COORDINATES))
+        raw = persisted(held, read_topic(spark, pipeline))
         findings = outside_ledger(pipeline, raw, beyond, exists)
-        records = _records(spark, pipeline, raw, dead, scope)
-        try:
-            changes = records.where(F.col("__fate") == APPLIED)
-            expected = _expected(changes)
-            found = _found(spark, pipeline, expected.columns) if exists else None
-            report = _compare(pipeline, changes, expected, found)
-            return _accounted(report, records, dead, pipeline, notes, findings)
-        finally:
-            records.unpersist()
-    finally:
-        raw.unpersist()
+        records, counts = _records(spark, pipeline, raw, dead, scope)
+        held.callback(records.unpersist)
+        expected = _expected(records.where(F.col("__fate") == APPLIED))
+        found = _found(spark, pipeline, expected.columns) if exists else None
+        report = _compare(pipeline, counts["changes"], expected, found)
+        return _accounted(report, counts, records, dead, pipeline, notes, findings)
 
 
 # --- each record's fate -----------------------------------------------------------------
 
 
-def _records(spark, pipeline: Pipeline, raw: DataFrame, dead: DataFrame, scope: DataFrame) -> DataFrame:
+def _records(spark, pipeline: Pipeline, raw: DataFrame, dead: DataFrame,
+             scope: DataFrame) -> tuple[DataFrame, dict[str, int]]:
     """Every record of the topic, staged as the batch stages it, with its `fate`;
-    persisted. A transform that raises on a record makes that record a transform
-    failure, as in the batch."""
+    persisted, by the pass that counts them (`_record_counts`). A transform that raises
+    on a record makes that record a transform failure, as in the batch."""
     decoded = decode_envelope(raw, pipeline.cdc, payload_schema(spark, pipeline))
     records = _judge(staged_records(decoded, pipeline), dead, scope, pipeline).persist()
     try:
-        records.count()
-        return records
+        return records, _record_counts(records)
     except Exception as error:
         records.unpersist()
         if pipeline.transform is None or not transform.is_record_error(error):
             raise
     failed = transform.find_failing(decoded, pipeline.transform)
-    return _judge(staged_records(decoded, pipeline, failed), dead, scope, pipeline).persist()
+    records = _judge(staged_records(decoded, pipeline, failed), dead, scope, pipeline).persist()
+    return records, _record_counts(records)
+
+
+def _record_counts(records: DataFrame) -> dict[str, int]:
+    """The records by fate, in one pass."""
+    fate = F.col("__fate")
+
+    def how_many(value: str) -> Column:
+        return F.sum(F.when(fate == value, 1).otherwise(0))
+
+    row = records.agg(
+        F.count(F.lit(1)).alias("topic_records"), how_many("before_start").alias("before_start"),
+        how_many("not_yet_ingested").alias("not_yet_ingested"), how_many(FILTERED).alias("filtered"),
+        how_many(UNACCOUNTED).alias("unaccounted"), how_many(APPLIED).alias("changes"),
+        F.sum(F.when(F.col(STAGE).isin(*FAILURE_STAGES) & fate.isin(DEAD_LETTER, UNACCOUNTED), 1)
+              .otherwise(0)).alias("failed"),
+        F.sum(F.when((fate == DEAD_LETTER) & F.col("__well_formed"), 1).otherwise(0)).alias("well_formed"),
+    ).first()
+    return {key: int(value or 0) for key, value in row.asDict().items()}
 
 
 def _judge(staged: DataFrame, dead: DataFrame, scope: DataFrame, pipeline: Pipeline) -> DataFrame:
     """`staged` with `__fate`, `__why`, `__well_formed` and the coordinates as `AT`:
-    names no row column can take."""
-    dead_here = dead.select(*[F.col(c).alias(f"__{c}") for c in COORDINATES]).distinct() \
-        .withColumn("__in_dead", F.lit(True))
+    names no row column can take. `dead`: the dead letters' `copies` by coordinates."""
+    dead_here = dead.select(*[F.col(c).alias(f"__{c}") for c in COORDINATES]).withColumn("__in_dead", F.lit(True))
     scope = scope.select(*[F.col(c).alias(f"__{c}") for c in scope.columns])
     records = staged.select("*", *[F.col(f"{RAW}.{c}").alias(f"__{c}") for c in COORDINATES])
     joined = (records.join(F.broadcast(scope), ["__topic", "__partition"], "left")
@@ -190,7 +214,8 @@ def _state(frame: str, columns: list[str]) -> Column:
             .otherwise(F.format_string("%s at %s", row, F.col(f"{frame}.{SEQUENCE}"))))
 
 
-def _compare(pipeline: Pipeline, changes: DataFrame, expected: DataFrame, found: DataFrame | None) -> ChangesReport:
+def _compare(pipeline: Pipeline, changes: int, expected: DataFrame, found: DataFrame | None) -> ChangesReport:
+    """`changes`: how many audited changes were applied; one pass judges every key."""
     columns = [c for c in _row_columns(expected) if c != "__deleted"]
     if found is None:
         found = expected.where(F.lit(False)).withColumn("__rows", F.lit(0).cast("long"))
@@ -201,40 +226,26 @@ def _compare(pipeline: Pipeline, changes: DataFrame, expected: DataFrame, found:
     have = F.when(F.col("f.__rows") > 1, F.format_string("%d rows", F.col("f.__rows"))).otherwise(have)
     if hard:  # a hard-deleted key has no row
         want = F.when(F.col("e.__deleted"), F.lit("absent")).otherwise(want)
-    judged = joined.select(F.col(f"e.{UID}").alias("uid"), want.alias("expected"), have.alias("found"))
-    differing = judged.where(F.col("expected") != F.col("found")).persist()
-    try:
-        examples = tuple(KeyDifference(r.uid, r.expected, r.found)
-                         for r in differing.orderBy("uid").limit(EXAMPLES).collect())
-        counts = expected.agg(F.count(F.lit(1)).alias("keys"),
-                              F.sum(F.col("__deleted").cast("int")).alias("deleted")).first()
-        return ChangesReport(pipeline.name, changes=changes.count(), keys=counts.keys,
-                             live=counts.keys - (counts.deleted or 0), deleted=counts.deleted or 0,
-                             differing=differing.count(), examples=examples)
-    finally:
-        differing.unpersist()
+    judged = joined.select(F.col(f"e.{UID}").alias("uid"), want.alias("expected"), have.alias("found"),
+                           F.col("e.__deleted").alias("__deleted"))
+    differs = F.col("expected") != F.col("found")  # one row per expected key: the found side has one per key
+    counts = judged.agg(F.count(F.lit(1)).alias("keys"), F.sum(F.col("__deleted").cast("int")).alias("deleted"),
+                        F.sum(F.when(differs, 1).otherwise(0)).alias("differing")).first()
+    differing = int(counts.differing or 0)
+    examples = tuple(KeyDifference(r.uid, r.expected, r.found)
+                     for r in judged.where(differs).orderBy("uid").limit(EXAMPLES).collect()) if differing else ()
+    return ChangesReport(pipeline.name, changes=changes, keys=counts.keys,
+                         live=counts.keys - (counts.deleted or 0), deleted=counts.deleted or 0,
+                         differing=differing, examples=examples)
 
 
 # --- the dead letters ---------------------------------------------------------------------
 
 
-def _accounted(report: ChangesReport, records: DataFrame, dead: DataFrame, pipeline: Pipeline,
-               notes: tuple[str, ...], findings: list[str]) -> ChangesReport:
-    fate = F.col("__fate")
-
-    def how_many(value: str) -> Column:
-        return F.sum(F.when(fate == value, 1).otherwise(0))
-
-    row = records.agg(
-        F.count(F.lit(1)).alias("topic_records"), how_many("before_start").alias("before_start"),
-        how_many("not_yet_ingested").alias("not_yet_ingested"), how_many(FILTERED).alias("filtered"),
-        how_many(UNACCOUNTED).alias("unaccounted"),
-        F.sum(F.when(F.col(STAGE).isin(*FAILURE_STAGES) & fate.isin(DEAD_LETTER, UNACCOUNTED), 1)
-              .otherwise(0)).alias("failed"),
-        F.sum(F.when((fate == DEAD_LETTER) & F.col("__well_formed"), 1).otherwise(0)).alias("well_formed"),
-    ).first()
-    counts = {key: int(value or 0) for key, value in row.asDict().items()}
-    shown = (records.where(fate == UNACCOUNTED).orderBy(*AT).limit(EXAMPLES).collect()
+def _accounted(report: ChangesReport, counts: dict[str, Any], records: DataFrame, dead: DataFrame,
+               pipeline: Pipeline, notes: tuple[str, ...], findings: list[str]) -> ChangesReport:
+    """`counts`: `_record_counts`; `dead`: the dead letters' `copies` by coordinates."""
+    shown = (records.where(F.col("__fate") == UNACCOUNTED).orderBy(*AT).limit(EXAMPLES).collect()
              if counts["unaccounted"] else [])
     if counts["failed"] and not report.changes and counts["well_formed"]:
         findings = [*findings, f"every audited change ({counts['failed']}) is in the dead letters, "
@@ -242,7 +253,7 @@ def _accounted(report: ChangesReport, records: DataFrame, dead: DataFrame, pipel
                     "pipeline's cdc or schema settings do not fit the topic (see the dead letters' reasons)"]
     return replace(
         report, topic_records=counts["topic_records"], before_start=counts["before_start"],
-        not_yet_ingested=counts["not_yet_ingested"], dead_letters=dead.count(), failed=counts["failed"],
+        not_yet_ingested=counts["not_yet_ingested"], dead_letters=copy_counts(dead)[0], failed=counts["failed"],
         filtered=counts["filtered"], unaccounted=counts["unaccounted"],
         unaccounted_examples=tuple(Unaccounted(r["__topic"], r["__partition"], r["__offset"], r["__why"])
                                    for r in shown),
