@@ -44,6 +44,8 @@ def connect_session(url: str, app_name: str = "ingest", conf: dict[str, str] | N
     try:
         from pyspark.sql import SparkSession
 
+        if not url.startswith("local"):
+            _check_reachable(url)
         builder = SparkSession.builder.remote(url).appName(app_name)
         if url.startswith("local"):
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -68,6 +70,25 @@ def connect_session(url: str, app_name: str = "ingest", conf: dict[str, str] | N
     # still watches (the next run resumes from the checkpoint).
     session.client.set_retry_policies([DefaultPolicy(max_retries=9, max_backoff=10_000)])
     return session
+
+
+def _check_reachable(url: str) -> None:
+    """The server's port answers, or the session is refused naming the address: the client
+    sends its first call (the builder's settings) with pyspark's retries, ten minutes of
+    them, before a server that is not there surfaces as a traceback."""
+    import socket
+
+    from pyspark.sql.connect.client import DefaultChannelBuilder
+
+    from ingest.platform.session import SessionError
+
+    channel = DefaultChannelBuilder(url)  # pyspark's reading of the URL; its token stays in there
+    port = channel.url.port or DefaultChannelBuilder.default_port()
+    try:
+        socket.create_connection((channel.url.hostname, port), timeout=10).close()
+    except OSError as error:
+        raise SessionError(f"the Spark Connect server {channel.endpoint} cannot be reached: "
+                           f"{error.strerror or error}") from None
 
 
 def server_lost(error: BaseException) -> bool:

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -160,3 +161,25 @@ def commit_of_batch(table: Path, batch: int, run: IngestProcess):
     if not (table / "_delta_log").is_dir():
         return None
     return next((commit for commit in txn_commits(table) if commit[2] == batch), None)
+
+
+def test_a_server_that_is_not_there_fails_the_run_at_once_naming_it(kafka, topic, tmp_path, no_java):
+    """No server on the port: exit 1 within seconds, the address and what gRPC said, no
+    traceback, and the URL's token never printed (the session is lazy: without the check
+    at its start the first query failed a minute later with a traceback)."""
+    from tests.connect.server import free_port
+
+    env, java_attempts = no_java
+    address = f"127.0.0.1:{free_port()}"
+    pipeline_file = write_pipeline(tmp_path, topic, name="nowhere")
+    started = time.monotonic()
+    run = IngestProcess(pipeline_file, kafka.bootstrap, tmp_path / "run.log", extra_env=env,
+                        extra_args=("--remote", f"sc://{address}/;token=connect-secret-token"))
+    code = run.wait(timeout=120)
+
+    output = run.output()
+    assert code == 1, output[-3000:]
+    assert time.monotonic() - started < 45, output[-3000:]
+    assert f"the Spark Connect server {address} cannot be reached" in output, output[-3000:]
+    assert "Traceback" not in output and "connect-secret-token" not in output, output[-3000:]
+    assert not java_attempts.exists()
