@@ -44,8 +44,6 @@ def connect_session(url: str, app_name: str = "ingest", conf: dict[str, str] | N
     try:
         from pyspark.sql import SparkSession
 
-        if not url.startswith("local"):
-            _check_reachable(url)
         builder = SparkSession.builder.remote(url).appName(app_name)
         if url.startswith("local"):
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -53,6 +51,7 @@ def connect_session(url: str, app_name: str = "ingest", conf: dict[str, str] | N
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
             builder = configure_builder(builder, {**LOCAL_DEFAULTS, **(conf or {})})
         else:
+            _check_reachable(url)
             for key, value in (conf or {}).items():
                 builder = builder.config(key, value)
         with warnings.catch_warnings():

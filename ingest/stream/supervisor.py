@@ -244,9 +244,9 @@ class Supervisor:
                     "resumes from the checkpoint", cause=error)
 
     def _stop_all(self) -> None:
+        if self._server_lost:  # its queries went with it; asking would wait out the retries again
+            return
         for run in self.running:
-            if self._server_lost:  # its queries went with it; asking would wait out the retries again
-                break
             try:
                 if run.query is not None and run.query.isActive:
                     run.query.stop()
