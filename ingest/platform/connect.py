@@ -14,6 +14,7 @@ import os
 import re
 import sys
 import warnings
+from typing import Mapping
 
 from ingest.errors import IngestError
 
@@ -105,6 +106,29 @@ def abandon(session) -> None:
         session.client.close()
     except Exception:  # best effort: the channel is being dropped anyway
         pass
+
+
+def pipeline_session(session, settings: Mapping[str, str]):
+    """A server-side session of the pipeline's own, cloned from `session`, with the pipeline's
+    `spark_conf` on it. On Connect the batch function's worker attaches to the session that
+    started the query, and a batch's txn id is session conf: two pipelines on one session
+    could put one's app id on the other's commit. None where the server cannot clone."""
+    try:
+        own = session.cloneSession()
+    except Exception:  # a server without CloneSession (older than Spark 4.2)
+        return None
+    own.client.set_retry_policies(session.client.get_retry_policies())
+    for key, value in settings.items():
+        own.conf.set(key, value)
+    return own
+
+
+def release(session) -> None:
+    """Let the server drop a session `pipeline_session` made, once its query ended."""
+    try:
+        session.client.release_session()
+    finally:
+        session.client.close()
 
 
 def unreachable(error: BaseException) -> str:

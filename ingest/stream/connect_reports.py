@@ -12,6 +12,7 @@ ledger's), not the first and last record read, and the seconds are Spark's `addB
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,7 @@ from ingest.batch.processor import STAGES, BatchReport, BatchSummary
 from ingest.kafka.checkpoint import planned_end, read_state
 from ingest.kafka.offsets import from_json
 from ingest.platform.delta import at_location, table_exists
+from ingest.spec import template
 from ingest.spec.model import Pipeline
 
 # More than the query's recent progress can hold between two polls (Spark keeps 100).
@@ -29,36 +31,55 @@ _HISTORY_ROWS = 200
 
 @dataclass
 class LedgerReports:
-    """Reports of the batches `query` has finished since the last call, oldest first."""
+    """Reports of the batches `query` has finished since the last call, oldest first: one per
+    batch, or with a table per topic one per table the batch wrote (as the router reports)."""
 
     spark: Any
     pipeline: Pipeline
     query: Any  # pyspark's StreamingQuery (Connect)
-    seen: set[int] = field(default_factory=set)
+    seen: set[int] = field(default_factory=set)  # batches every table of which was reported
+    reported: set[tuple[int, str]] = field(default_factory=set)  # (batch, table) with a table per topic
 
     def new(self) -> list[BatchReport]:
         ran = {p.batchId: p for p in self.query.recentProgress
                if p.batchId not in self.seen and p.numInputRows > 0}
         if not ran:
             return []
-        commits = self._commits(set(ran))
+        if not template.is_per_topic(self.pipeline):
+            return self._reports(ran, self.pipeline, None, {batch_id: True for batch_id in ran})
         reports = []
-        for batch_id in sorted(ran):
-            if batch_id not in commits:  # its commit is not in the log yet: asked again next time
-                continue
-            self.seen.add(batch_id)
+        tables = {batch_id: template.tables_of(self.pipeline, _advanced(progress))
+                  for batch_id, progress in ran.items()}
+        for table, topics in sorted({t: ts for found in tables.values() for t, ts in found.items()}.items()):
+            asked = {b: (b, table) not in self.reported for b, found in tables.items() if table in found}
+            reports += self._reports(ran, template.for_topic(self.pipeline, topics[0]), table, asked)
+        self.seen.update(b for b, found in tables.items() if all((b, t) in self.reported for t in found))
+        return sorted(reports, key=lambda report: report.batch_id)
+
+    def _reports(self, ran: dict, pipeline: Pipeline, table: str | None,
+                 asked: dict[int, bool]) -> list[BatchReport]:
+        """The reports of the batches `asked` names (True: not reported yet) that `pipeline`'s
+        target has the commit of; a batch whose commit is not in the log yet is asked again."""
+        wanted = {batch_id for batch_id, unreported in asked.items() if unreported}
+        commits = self._commits(pipeline, table, wanted) if wanted else {}
+        reports = []
+        for batch_id in sorted(commits):
             entry, metrics = commits[batch_id]
             seconds = (ran[batch_id].durationMs or {}).get("addBatch", 0) / 1000
-            reports.append(BatchReport(self.pipeline.name, batch_id, summary_of(entry),
-                                       merge_result(metrics), seconds))
+            name = self.pipeline.name if table is None else f"{self.pipeline.name} -> {table}"
+            reports.append(BatchReport(name, batch_id, summary_of(entry), merge_result(metrics), seconds))
+            if table is None:
+                self.seen.add(batch_id)
+            else:
+                self.reported.add((batch_id, table))
         return reports
 
-    def _commits(self, batch_ids: set[int]) -> dict[int, tuple[dict, dict]]:
+    def _commits(self, pipeline: Pipeline, table: str | None, batch_ids: set[int]) -> dict[int, tuple[dict, dict]]:
         """batch id -> (ledger entry, MERGE metrics) of this query's commits in the target."""
-        target = self.pipeline.target
+        target = pipeline.target
         if not table_exists(self.spark, target):
             return {}
-        app = ledger.app_id(self.pipeline.name, str(self.query.id))
+        app = ledger.app_id(self.pipeline.name, str(self.query.id), table)
         rows = (at_location(self.spark, target.location, bool(target.table)).history(_HISTORY_ROWS)
                 .select("userMetadata", "operationMetrics").collect())
         found: dict[int, tuple[dict, dict]] = {}
@@ -67,6 +88,25 @@ class LedgerReports:
             if entry and entry.get("app_id") == app and entry.get("batch_id") in batch_ids:
                 found.setdefault(entry["batch_id"], (entry, row.operationMetrics or {}))
         return found
+
+
+def _advanced(progress) -> set[str]:
+    """The topics a batch read from: those whose offsets moved between its start and end."""
+    topics: set[str] = set()
+    for source in progress.sources:
+        start = _offsets(source.startOffset)
+        for topic, parts in _offsets(source.endOffset).items():
+            if any(int(end) > int(start.get(topic, {}).get(part, 0)) for part, end in parts.items()):
+                topics.add(topic)
+    return topics
+
+
+def _offsets(text: str | None) -> dict:
+    try:
+        found = json.loads(text) if text else {}
+    except ValueError:  # not a Kafka source's offsets
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 def summary_of(entry: dict) -> BatchSummary:

@@ -19,9 +19,16 @@ from ingest.batch.lost_ranges import record_lost
 from ingest.batch.processor import BatchReport
 from ingest.errors import SpecErrors, first_line, first_lines
 from ingest.kafka.checkpoint import read_state
-from ingest.platform.connect import abandon, is_connect, refuse, server_lost, unreachable
+from ingest.platform.connect import (
+    ConnectUnsupported,
+    abandon,
+    is_connect,
+    pipeline_session,
+    release,
+    server_lost,
+    unreachable,
+)
 from ingest.platform.session import on_databricks
-from ingest.spec import template
 from ingest.spec.locations import shared_locations
 from ingest.spec.model import Pipeline
 from ingest.spec.sql_check import check_sql
@@ -55,6 +62,7 @@ class _Running:
     query: Any = None  # pyspark's StreamingQuery once started
     processor: Any = None
     ledger_reports: LedgerReports | None = None  # on Spark Connect, where the reports come from
+    session: Any = None  # on Spark Connect, the pipeline's own (`pipeline_session`)
     batches: int = 0
 
 
@@ -97,34 +105,36 @@ class Supervisor:
 
     def start(self, spark) -> None:
         self.spark = spark
-        if is_connect(spark) and len(self.running) > 1:
-            self._stop_all()
-            # the batches of every query run on the session that started them: one pipeline's
-            # txn id could land on another's commit
-            raise refuse("several pipelines in one application (their txn ids would share a session)")
-        if is_connect(spark) and any(template.is_per_topic(run.pipeline) for run in self.running):
-            self._stop_all()
-            # its batch reports would be read from one target's ledger, and it has one per topic
-            raise refuse("a table per topic (`${topic}` in the target)")
-        refused = [problem for run in self.running for problem in _spec_problems(spark, run.pipeline)]
-        if refused:  # `validate`'s Spark checks: a row-changing transform, a non-deterministic uid
-            self._stop_all()
-            raise SpecErrors(refused)
-        if any(_observed(p) for p in self.pipelines):
-            self.metrics = Metrics(spark)
         try:
+            refused = [problem for run in self.running for problem in _spec_problems(spark, run.pipeline)]
+            if refused:  # `validate`'s Spark checks: a row-changing transform, a non-deterministic uid
+                raise SpecErrors(refused)
+            if is_connect(spark):
+                self._own_sessions()
+            if any(_observed(p) for p in self.pipelines):
+                self.metrics = Metrics(spark)
             for run in self.running:
                 self._start_one(run)
         except BaseException:
-            self._stop_all()
+            self._end_all()
             raise
+
+    def _own_sessions(self) -> None:
+        """On Connect each query starts from a session of the pipeline's own: its batches'
+        txn ids and spark_conf go there, not on a session another pipeline's batches share."""
+        for run in self.running:
+            run.session = pipeline_session(self.spark, run.pipeline.spark_conf)
+        if len(self.running) > 1 and any(run.session is None for run in self.running):
+            raise ConnectUnsupported("several pipelines in one application need a session each on Spark "
+                                     "Connect, and this server cannot clone one (CloneSession, Spark 4.2 "
+                                     "and later); run each pipeline in an application of its own")
 
     def _start_one(self, run: _Running) -> None:
         pipeline, watermarks = run.pipeline, run.watermarks
         plan = recovery.plan_start(self.spark, pipeline, watermarks)
         for note in plan.notes + recovery.check_gaps(pipeline, plan):
             self.on_note(note)
-        if is_connect(self.spark) and pipeline.spark_conf:
+        if is_connect(self.spark) and run.session is None and pipeline.spark_conf:
             self.on_note(f"{pipeline.name}: spark_conf reaches the query but not its batches' MERGE on "
                          "Spark Connect yet")
         warning = single_driver_warning(pipeline, lambda key: self.spark.conf.get(key, None), on_databricks())
@@ -142,7 +152,7 @@ class Supervisor:
                                goal={t: {p: high for p, (_, high) in parts.items()}
                                      for t, parts in watermarks.items()})
         run.query, run.processor = start_query(
-            self.spark, pipeline, once=self.once, starting_offsets=plan.starting_offsets,
+            run.session or self.spark, pipeline, once=self.once, starting_offsets=plan.starting_offsets,
             on_report=lambda report: self._reported(run, report))
         if is_connect(self.spark):
             run.ledger_reports = LedgerReports(self.spark, pipeline, run.query)
@@ -184,14 +194,15 @@ class Supervisor:
                 except Exception as error:
                     if is_connect(self.spark) and server_lost(error):
                         self._server_lost = True  # any further call would wait out the client's retries
-                        abandon(self.spark)
+                        for session in [self.spark] + [run.session for run in self.running if run.session]:
+                            abandon(session)
                     if self._driver_alive():
                         raise
                     self._driver_gone(outcomes, error)
                 if self._stop.is_set() or (self.fail_fast and any(o.error for o in outcomes.values())):
                     self._stop_all()
         finally:
-            self._stop_all()
+            self._end_all()
             if self._maintenance is not None:  # on a stop request, those queued do not start
                 self._maintenance.shutdown(wait=True, cancel_futures=self._stop.is_set())
         return [outcomes[r.pipeline.name] for r in self.running]
@@ -256,6 +267,16 @@ class Supervisor:
         if self.metrics is not None:
             self.metrics.close()
         self.release()
+
+    def _end_all(self) -> None:
+        """Every query stopped, then the sessions the pipelines had of their own released."""
+        try:
+            self._stop_all()
+        finally:
+            for run in self.running:
+                if run.session is not None and not self._server_lost:
+                    release(run.session)
+                run.session = None
 
     def _outcome(self, run: _Running) -> Outcome:
         try:

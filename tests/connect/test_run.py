@@ -154,26 +154,83 @@ def test_upsert_keeps_the_latest_version_of_each_uid(connect_spark, kafka, topic
     assert audit.ok and audit.duplicates == 0
 
 
-def test_several_pipelines_in_one_application_are_refused(connect_spark, kafka, topic, tmp_path, bootstrap,
-                                                          capsys):
+def test_several_pipelines_in_one_application_commit_under_their_own_txn_ids(connect_spark, kafka, topic,
+                                                                             tmp_path, bootstrap):
+    """Each query's batches run in a worker attached to the session that started it, and a
+    batch's txn id is that session's conf: the two pipelines, reading one topic five records a
+    batch at the same time, must each commit under their own app id only (read by delta-rs)."""
+    from deltalake import DeltaTable as RustDeltaTable
+
+    send(kafka, topic, orders(40))
+    names = ("connect_one", "connect_two")
+    files = [write_pipeline(tmp_path, topic, name=name,
+                            source={"kafka": {"bootstrap_servers": "${KAFKA_BOOTSTRAP}", "topics": [topic],
+                                              "max_offsets_per_trigger": 5}}) for name in names]
+
+    outcomes = ingest.run(connect_spark, files, once=True)
+
+    assert [(o.pipeline, o.error) for o in outcomes] == [(name, None) for name in names]
+    app_ids = {}
+    for name in names:
+        commits = [c for c in RustDeltaTable(str(tmp_path / "tables" / name)).history()
+                   if c.get("operation") == "MERGE"]
+        entries = [json.loads(c["userMetadata"]) for c in commits]
+        [app_ids[name]] = {e["app_id"] for e in entries}  # one app id, and it is this pipeline's
+        assert app_ids[name].startswith(f"ingest-{name}-")
+        assert sorted(e["batch_id"] for e in entries) == list(range(len(entries))) and len(entries) >= 8
+        assert sum(e["counts"]["read"] for e in entries) == 40
+    for name, other in (names, names[::-1]):
+        rust = RustDeltaTable(str(tmp_path / "tables" / name))
+        assert rust.transaction_version(app_ids[name]) == max(
+            json.loads(c["userMetadata"])["batch_id"] for c in rust.history() if c.get("operation") == "MERGE")
+        assert rust.transaction_version(app_ids[other]) is None  # no batch of the other landed here
+        assert sorted(rust.to_pyarrow_table().column("_uid").to_pylist()) == [f"u{i:04d}" for i in range(40)]
+
+
+def test_spark_conf_reaches_the_batches_on_connect(connect_spark, kafka, topic, tmp_path, bootstrap):
+    """The pipeline's spark_conf holds where its batches run (the worker's session): a time
+    without a zone is read in the pipeline's time zone, not the application's (UTC)."""
+    send(kafka, topic, orders(2))
+    pipeline_file = write_pipeline(tmp_path, topic, name="connect_conf",
+                                   spark_conf={"spark.sql.session.timeZone": "America/New_York"})
+
+    [outcome] = ingest.run(connect_spark, pipeline_file, once=True)
+
+    assert outcome.error is None
+    assert connect_spark.conf.get("spark.sql.session.timeZone") in ("UTC", "Etc/UTC")  # the application's, untouched
+    target = connect_spark.read.format("delta").load(str(tmp_path / "tables" / "connect_conf"))
+    stamps = {row.utc for row in target.selectExpr("date_format(ts, 'yyyy-MM-dd HH:mm') AS utc").collect()}
+    assert stamps == {"2026-11-01 15:00"}  # 10:00 in New York is 15:00 UTC
+
+
+def test_a_table_per_topic_lands_each_topic_in_its_own_table(connect_spark, kafka, topic, tmp_path, bootstrap,
+                                                             capsys):
     from ingest.cli import main
+    from ingest.kafka.local_broker import create_topic
 
-    files = [str(write_pipeline(tmp_path, topic, name=name)) for name in ("connect_one", "connect_two")]
-
-    code = main(["run", *files, "--remote", "sc://localhost", "--once"])
-
-    assert code == 2
-    assert "several pipelines in one application" in capsys.readouterr().err
-    assert not list(tmp_path.glob("checkpoints/*/_ingest_lease.json"))
-
-
-def test_a_table_per_topic_is_refused_for_now(connect_spark, kafka, topic, tmp_path, bootstrap, capsys):
-    from ingest.cli import main
-
+    second = f"{topic}-b"
+    create_topic(kafka.client_config(), second, partitions=2)
+    send(kafka, topic, orders(6) + orders(2) + [("bad", b"{oops", 0)])
+    send(kafka, second, orders(3))
     pipeline_file = write_pipeline(tmp_path, topic, name="connect_per_topic",
+                                   source={"kafka": {"bootstrap_servers": "${KAFKA_BOOTSTRAP}",
+                                                     "topics": [topic, second]}},
                                    target={"path": str(tmp_path / "tables" / "${topic}")})
 
     code = main(["run", str(pipeline_file), "--remote", "sc://localhost", "--once"])
 
-    assert code == 2, capsys.readouterr().err
-    assert "a table per topic" in capsys.readouterr().err
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    for name, count in ((topic, 6), (second, 3)):
+        assert sorted(rows(connect_spark, tmp_path / "tables" / name)) == [f"u{i:04d}" for i in range(count)]
+    # a report per table, from each table's ledger: what each read, its dead letter
+    read: dict[str, int] = {}
+    for line in out.out.splitlines():
+        if line.startswith("connect_per_topic -> "):
+            table = line.split(" batch ")[0]
+            read[table] = read.get(table, 0) + int(line.split("read ")[1].split(",")[0])
+    assert read == {f"connect_per_topic -> {tmp_path / 'tables' / topic}": 9,
+                    f"connect_per_topic -> {tmp_path / 'tables' / second}": 3}, out.out
+    assert "dead letters 1 (decode 1" in out.out
+    audit = ingest.verify(connect_spark, pipeline_file)
+    assert audit.ok, audit
