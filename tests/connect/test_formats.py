@@ -1,6 +1,7 @@
-"""Avro and Protobuf in the Confluent wire format on Spark Connect: the records made as the
-classic tests make them (confluent-kafka's serializers against the registry stand-in), the
-writer schemas fetched by id in the server's Python worker, decoded in an Arrow UDF there."""
+"""Avro and Protobuf on Spark Connect, the records made as the classic tests make them:
+the Confluent wire format (confluent-kafka's serializers against the registry stand-in),
+and plain Protobuf records read with a local .proto; decoded in an Arrow UDF in the
+server's Python worker."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from tests.integration.processes import write_pipeline
 from tests.integration.test_avro import ORDER_V1, ORDER_V2, TS
 from tests.integration.test_avro import order as avro_order
 from tests.integration.test_avro import serialized as avro_serialized
+from tests.integration.test_protobuf import assert_orders_landed, produce_orders
 from tests.integration.test_protobuf import order as proto_order
 from tests.integration.test_protobuf import serialized as proto_serialized
 from tests.protobuf_messages import message_classes
@@ -101,3 +103,20 @@ def test_protobuf_through_the_registry_with_a_retry_and_a_truncated_record(conne
     assert (rows["p-1"].customer.id, rows["p-1"].customer.vip, rows["p-1"].status) == ("c1", True, "PAID")
     assert (rows["p-1"].channel, rows["p-2"].channel) == ("", "app")  # proto3: absent is the default
     assert rows["p-2"].amount == 20 and rows["p-2"].tags == ["t2"]
+
+
+def test_protobuf_with_a_proto_schema_file_with_retries_and_a_broken_record(connect_spark, kafka, topic, tmp_path,
+                                                                            bootstrap):
+    produce_orders(kafka, topic, tmp_path)  # no --registry: plain message bytes, the uid from order_id
+    produce_orders(kafka, topic, tmp_path)  # the producer's retries: the same uids at new offsets
+    broken = b"\x0a\xff\x01o"  # field 1 says 255 bytes follow; 1 does
+    sender = Sender(kafka, topic)
+    sender.send(broken, uid="broken")
+    sender.flush()
+    pipeline_file = write_pipeline(tmp_path, topic, name="connect_proto_file", source={
+        "format": "protobuf", "schema": None, "schema_file": str(tmp_path / "order.proto"),
+        "message": "shop.Order"})
+
+    run_and_check(connect_spark, pipeline_file, tmp_path, "connect_proto_file", ["o1", "o2"], broken)
+
+    assert_orders_landed(connect_spark, ingest.load(pipeline_file))
