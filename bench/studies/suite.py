@@ -75,7 +75,7 @@ def log(text: str) -> None:
     print(text, flush=True)
 
 
-STANDALONE = ("batch_settings", "cdc_merge", "formats", "many_topics", "small_files", "jvm_profile")
+STANDALONE = ("batch_settings", "cdc_merge", "connect", "formats", "many_topics", "small_files", "jvm_profile")
 
 
 def parse_args(argv, part: str | None = None):
