@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -152,6 +153,52 @@ def test_the_server_killed_between_the_delta_commit_and_the_checkpoint(server, k
     assert len(txn_commits(dead_letters)) == 1
     audit = remote_verify(pipeline_file, kafka, server, env)
     assert audit.returncode == 0 and "OK" in audit.stdout, audit.stdout + audit.stderr
+
+
+def test_the_batch_worker_killed_between_the_delta_commit_and_the_checkpoint(server, kafka, topic, tmp_path):
+    """The server stays up and the Python worker running the batch function dies after batch
+    1's MERGE committed, before its checkpoint commit: the query fails, the run exits 1 naming
+    the batch, and the next run on the same server replays the batch under the same txn id."""
+    sent = orders(20)
+    send(kafka, topic, sent + sent[:2] + [("bad", b"{oops", 1)])
+    pipeline_file = write_pipeline(tmp_path, topic, name="worker_killed",
+                                   source={"kafka": {"bootstrap_servers": "${KAFKA_BOOTSTRAP}", "topics": [topic],
+                                                     "max_offsets_per_trigger": 10}})
+    target = tmp_path / "tables" / "worker_killed"
+    checkpoint_commits = tmp_path / "checkpoints" / "worker_killed" / "commits"
+
+    run = remote_run(pipeline_file, kafka, server, tmp_path / "run.log")
+    table_version, app, batch = wait_for(lambda: commit_of_batch(target, 1, run), 900,
+                                         "batch 1's commit in the target", lambda: run.output()[-3000:], poll=0.005)
+    [worker] = batch_workers(server)
+    os.kill(worker, signal.SIGKILL)
+
+    assert not (checkpoint_commits / str(batch)).exists(), "the kill came after the checkpoint's commit"
+    assert run.wait(timeout=600) == 1
+    output = run.output()
+    assert "error: pipeline worker_killed failed in batch 1 " in output, output[-3000:]
+    assert server.process.poll() is None  # the server lived on
+
+    again = remote_run(pipeline_file, kafka, server, tmp_path / "again.log")
+    assert again.wait(timeout=900) == 0, again.output()[-3000:]
+
+    commits = txn_commits(target)
+    versions = [version for _, _, version in commits]
+    assert versions == list(range(len(versions))) and len(versions) >= 3, commits  # batch 1 committed once
+    assert (table_version, app, batch) in commits and {a for _, a, _ in commits} == {app}
+    assert sorted(uids(target)) == sorted(uid for uid, _, _ in sent)
+    dead_letters = tmp_path / "dead_letter" / "worker_killed"
+    assert [d["value"] for d in RustTable(str(dead_letters)).to_pyarrow_table().to_pylist()] == [b"{oops"]
+    audit = remote_verify(pipeline_file, kafka, server)
+    assert audit.returncode == 0 and "OK" in audit.stdout, audit.stdout + audit.stderr
+
+
+def batch_workers(server: ConnectServer) -> list[int]:
+    """The pids of the server's foreachBatch workers (Python processes it started)."""
+    listing = subprocess.run(["ps", "-ww", "-eo", "pid=,pgid=,args="], capture_output=True, text=True).stdout
+    group = os.getpgid(server.process.pid)
+    return [int(pid) for pid, pgid, args in (line.split(None, 2) for line in listing.splitlines())
+            if int(pgid) == group and "foreach_batch_worker" in args]
 
 
 def commit_of_batch(table: Path, batch: int, run: IngestProcess):
