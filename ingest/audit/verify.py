@@ -38,6 +38,7 @@ from ingest.batch.uid import with_uid
 from ingest.kafka import admin as kafka_admin
 from ingest.kafka.source import kafka_options
 from ingest.platform import delta
+from ingest.platform.caching import required
 from ingest.spec.columns import UID
 from ingest.spec.model import Pipeline
 from ingest.spec.sql_check import changing_columns
@@ -140,8 +141,7 @@ def verify(spark, pipeline: Pipeline, only_topics: tuple[str, ...] | None = None
 
 def persisted(held: ExitStack, frame: DataFrame) -> DataFrame:
     """`frame` persisted until `held` closes."""
-    held.callback(frame.unpersist)
-    return frame.persist()
+    return required(frame, held, "ingest verify")
 
 
 def copies(frame: DataFrame, key: list[str]) -> DataFrame:

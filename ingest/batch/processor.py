@@ -43,6 +43,7 @@ from ingest.batch.uid import mark_one_per_uid, with_uid
 from ingest.kafka import admin as kafka_admin
 from ingest.kafka import checkpoint as spark_checkpoint
 from ingest.kafka.offsets import Offsets
+from ingest.platform.caching import kept, let_go
 from ingest.platform.delta import table_exists
 from ingest.platform.session import clone_with
 from ingest.spec.columns import UID
@@ -220,7 +221,7 @@ class BatchProcessor:
         letters), the cached MERGE source, and the summary whose aggregation filled it."""
         decoded = self._decode(batch_df)
         staged = self._transform_and_uid(decoded, failed=())
-        source = _persisted(self._merge_source(staged), cached)
+        source = kept(self._merge_source(staged), cached)
         try:
             return staged, source, summarize(source, self.pipeline)
         except Exception as error:  # only a record's data error is handled here
@@ -228,13 +229,13 @@ class BatchProcessor:
                 raise
         # ANSI SQL failed the whole pass on some record: search for it in the decoded
         # records, kept now since the search reads them many times.
-        source.unpersist()
-        decoded = _persisted(decoded, cached)
+        let_go(source)
+        decoded = kept(decoded, cached)
         failed = transform.find_failing(decoded, self.pipeline.transform)
         log.warning("%s: %d record(s) failed the transform; sent to the dead letters",
                     self.pipeline.name, len(failed))
         staged = self._transform_and_uid(decoded, failed)
-        source = _persisted(self._merge_source(staged), cached)
+        source = kept(self._merge_source(staged), cached)
         return staged, source, summarize(source, self.pipeline)
 
     def _decode(self, batch_df: DataFrame) -> DataFrame:
@@ -362,11 +363,6 @@ class BatchProcessor:
             if self._query_id is None:
                 raise RuntimeError(f"no query id in checkpoint {self.pipeline.checkpoint}/metadata")
         return self._query_id
-
-
-def _persisted(frame: DataFrame, cached: ExitStack) -> DataFrame:
-    cached.callback(frame.unpersist)
-    return frame.persist()
 
 
 def slim(staged: DataFrame) -> DataFrame:

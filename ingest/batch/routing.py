@@ -21,6 +21,7 @@ import logging
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
@@ -31,6 +32,7 @@ from ingest.batch.commit import faults
 from ingest.batch.processor import BatchProcessor, BatchReport, payload_schema
 from ingest.errors import IngestError
 from ingest.kafka import checkpoint as spark_checkpoint
+from ingest.platform.caching import kept
 from ingest.spec import template
 from ingest.spec.model import Pipeline
 
@@ -71,14 +73,12 @@ class TopicRouter:
         self.__dict__.update(state, _lock=threading.Lock())
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
-        raw = batch_df.persist()  # read Kafka once, however many tables
-        try:
+        with ExitStack() as cached:
+            raw = kept(batch_df, cached)  # read Kafka once, however many tables
             present = [row.topic for row in raw.select("topic").distinct().collect()]
             if self.pipeline.records_data_loss:
                 self._record_lost_slices(raw.sparkSession, batch_id, present)
             self._commit_all(raw, batch_id, template.tables_of(self.pipeline, present))
-        finally:
-            raw.unpersist()
 
     def settle(self) -> None:
         """Once the query has ended: each table's work beside the batches, finished."""

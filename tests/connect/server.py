@@ -55,9 +55,11 @@ class ConnectServer:
     """`start` it, then clients connect to `url`; `kill` it as a crash would; `start` it again
     on the same port (and so the same url); `stop` it at the end."""
 
-    def __init__(self, log: Path, port: int | None = None):
+    def __init__(self, log: Path, port: int | None = None, conf: dict[str, str] | None = None):
+        """`conf`: settings of this server's own, beside those of a local classic session."""
         self.log = log
         self.port = port or free_port()
+        self.conf = conf or {}
         self.process: subprocess.Popen | None = None
 
     @property
@@ -69,7 +71,7 @@ class ConnectServer:
 
         from ingest.platform.session import DELTA_CONF, LOCAL_DEFAULTS, jar_conf
 
-        settings = {**DELTA_CONF, **jar_conf("cache"), **LOCAL_DEFAULTS, **SERVER_TEST_CONF,
+        settings = {**DELTA_CONF, **jar_conf("cache"), **LOCAL_DEFAULTS, **SERVER_TEST_CONF, **self.conf,
                     "spark.connect.grpc.binding.address": HOST,
                     "spark.connect.grpc.binding.port": str(self.port)}
         command = [str(Path(pyspark.__file__).parent / "bin" / "spark-submit"), "--master", "local[2]",
