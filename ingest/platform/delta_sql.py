@@ -42,6 +42,30 @@ class SqlDeltaTable:
     def merge(self, source: DataFrame, condition: str) -> SqlMerge:
         return SqlMerge(self, source, condition)
 
+    def detail(self) -> DataFrame:
+        return self.session.sql(f"DESCRIBE DETAIL {self.name}")
+
+    def optimize(self) -> SqlOptimize:
+        return SqlOptimize(self)
+
+    def vacuum(self, retention_hours: float | None = None) -> DataFrame:
+        retain = f" RETAIN {retention_hours} HOURS" if retention_hours is not None else ""
+        return self.session.sql(f"VACUUM {self.name}{retain}")
+
+
+@dataclass(frozen=True)
+class SqlOptimize:
+    """DeltaOptimizeBuilder's two ways to run, as OPTIMIZE statements."""
+
+    table: SqlDeltaTable
+
+    def executeCompaction(self) -> DataFrame:  # noqa: N802
+        return self.table.session.sql(f"OPTIMIZE {self.table.name}")
+
+    def executeZOrderBy(self, *columns: str) -> DataFrame:  # noqa: N802
+        names = [column for group in columns for column in ([group] if isinstance(group, str) else group)]
+        return self.table.session.sql(f"OPTIMIZE {self.table.name} ZORDER BY ({', '.join(map(_quoted, names))})")
+
 
 @dataclass(frozen=True)
 class SqlMerge:

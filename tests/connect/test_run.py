@@ -234,3 +234,34 @@ def test_a_table_per_topic_lands_each_topic_in_its_own_table(connect_spark, kafk
     assert "dead letters 1 (decode 1" in out.out
     audit = ingest.verify(connect_spark, pipeline_file)
     assert audit.ok, audit
+
+
+def test_compaction_between_batches_and_ingest_maintain_on_connect(connect_spark, kafka, topic, tmp_path,
+                                                                   bootstrap, capsys, monkeypatch):
+    """`maintenance.optimize_every` compacts beside the batches, and `ingest maintain` compacts
+    (Z-ordered) and vacuums: OPTIMIZE, VACUUM and DESCRIBE DETAIL through SQL on Connect."""
+    from ingest.cli import main
+
+    send(kafka, topic, orders(20))
+    pipeline_file = write_pipeline(tmp_path, topic, name="connect_maintained",
+                                   source={"kafka": {"bootstrap_servers": "${KAFKA_BOOTSTRAP}", "topics": [topic],
+                                                     "max_offsets_per_trigger": 5}},
+                                   maintenance={"optimize_every": 2})
+
+    code = main(["run", str(pipeline_file), "--remote", "sc://localhost", "--once"])
+
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert "compaction failed" not in out.out + out.err
+    target = tmp_path / "tables" / "connect_maintained"
+    history = connect_spark.sql(f"DESCRIBE HISTORY delta.`{target}`").collect()
+    merges = [r for r in history if r.operation == "MERGE"]
+    assert len(merges) >= 4 and any(r.operation == "OPTIMIZE" for r in history), [r.operation for r in history]
+
+    monkeypatch.setenv("SPARK_REMOTE", "sc://localhost")
+    assert main(["maintain", str(pipeline_file), "--optimize", "--zorder", "--vacuum"]) == 0
+    out = capsys.readouterr()
+    assert "optimize (Z-order by _uid)" in out.out and "vacuum" in out.out, out.out + out.err
+    operations = [r.operation for r in connect_spark.sql(f"DESCRIBE HISTORY delta.`{target}`").collect()]
+    assert "VACUUM END" in operations
+    assert sorted(rows(connect_spark, target)) == [f"u{i:04d}" for i in range(20)]
