@@ -100,6 +100,12 @@ def test_ingest_run_remote_once_prints_batch_lines(connect_spark, kafka, topic, 
     monkeypatch.setenv("SPARK_REMOTE", "sc://localhost")  # the other way to choose Connect
     assert main(["verify", str(pipeline_file)]) == 0
     assert "OK" in capsys.readouterr().out
+    assert main(["status", str(pipeline_file), "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)  # the checkpoint and the Delta log agree, nothing behind
+    assert status["ok"] and status["findings"] == []
+    assert {(p["partition"], p["end"], p["checkpoint"], p["delta_log"], p["lag"]) for p in status["partitions"]} == {
+        (0, 5, 5, 5, 0), (1, 3, 3, 3, 0)}
+    assert status["last_batch"]["app_id"].startswith("ingest-connect_cli-")
 
 
 def test_a_failed_batch_fails_the_run_with_its_error(connect_spark, kafka, topic, tmp_path, bootstrap, capsys):
@@ -265,3 +271,49 @@ def test_compaction_between_batches_and_ingest_maintain_on_connect(connect_spark
     operations = [r.operation for r in connect_spark.sql(f"DESCRIBE HISTORY delta.`{target}`").collect()]
     assert "VACUUM END" in operations
     assert sorted(rows(connect_spark, target)) == [f"u{i:04d}" for i in range(20)]
+
+
+def test_metrics_and_the_consumer_group_on_connect(connect_spark, kafka, topic, tmp_path, bootstrap):
+    """/metrics and the consumer group's offsets, fed by the reports the client rebuilds from
+    the ledger (the batches themselves run in the server's worker)."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    from confluent_kafka.admin import AdminClient
+
+    from ingest.kafka.local_broker import free_port
+    from tests.integration.processes import wait_for
+    from tests.integration.test_metrics import scrape, value
+
+    port, group = free_port(), f"ingest-{topic}"
+    pipeline_file = write_pipeline(tmp_path, topic, name="connect_watched",
+                                   source={"kafka": {"bootstrap_servers": "${KAFKA_BOOTSTRAP}", "topics": [topic],
+                                                     "max_offsets_per_trigger": 10}},
+                                   trigger={"processing_time": "1 second"},
+                                   metrics={"prometheus": {"port": port}, "consumer_group": group})
+    send(kafka, topic, orders(20) + orders(2) + [("bad", b"{oops", 1)])
+    ends = {"0": 11, "1": 12}
+
+    handle = ingest.start(connect_spark, pipeline_file)
+    try:
+        def caught_up():
+            samples = scrape(port)
+            done = all(value(samples, "ingest_partition_committed_offset", pipeline="connect_watched", topic=topic,
+                             partition=p) == end for p, end in ends.items())
+            return samples if done else None
+
+        samples = wait_for(caught_up, 600, "/metrics to show the run caught up", poll=1)
+        assert value(samples, "ingest_records_read_total", pipeline="connect_watched") == 23
+        assert value(samples, "ingest_records_merged_total", pipeline="connect_watched", result="inserted") == 20
+        assert value(samples, "ingest_records_dead_lettered_total", pipeline="connect_watched", stage="decode") == 1
+        batches = value(samples, "ingest_batches_total", pipeline="connect_watched")
+        assert batches >= 2 and batches == len(handle.reports)
+        for partition, end in ends.items():
+            labels = {"pipeline": "connect_watched", "topic": topic, "partition": partition}
+            assert value(samples, "ingest_partition_end_offset", **labels) == end
+            assert value(samples, "ingest_partition_lag_records", **labels) == 0
+        admin = AdminClient(kafka.client_config())  # held: its futures resolve only while it lives
+        listed = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
+        offsets = {str(tp.partition): tp.offset for tp in listed[group].result(timeout=30).topic_partitions}
+        assert offsets == ends
+    finally:
+        handle.stop()
+    assert not scrape(port)  # the endpoint goes with the run
