@@ -317,3 +317,40 @@ def test_metrics_and_the_consumer_group_on_connect(connect_spark, kafka, topic, 
     finally:
         handle.stop()
     assert not scrape(port)  # the endpoint goes with the run
+
+
+def test_a_range_lost_to_retention_is_recorded_on_connect(connect_spark, kafka, topic, tmp_path, bootstrap, capsys):
+    """on_data_loss: record: offsets retention deleted before the run read them are one dead
+    letter of stage `lost`, the run goes on, and verify accounts for the rest."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    from ingest.cli import main
+
+    def on_partition_0(prefix: str) -> list:
+        return [(f"{prefix}{i}", {"order_id": f"o{i}", "amount": 1.0, "ts": "2026-11-01T10:00:00"}, 0)
+                for i in range(20)]
+
+    pipeline_file = write_pipeline(tmp_path, topic, name="connect_lossy", on_data_loss="record",
+                                   source={"kafka": {"bootstrap_servers": "${KAFKA_BOOTSTRAP}", "topics": [topic],
+                                                     "allow_data_loss": True}})
+    send(kafka, topic, on_partition_0("a"))
+    [first] = ingest.run(connect_spark, pipeline_file, once=True)
+    assert first.error is None
+    send(kafka, topic, on_partition_0("b"))
+    admin = AdminClient(kafka.client_config())  # held: its futures resolve only while it lives
+    for future in admin.delete_records([TopicPartition(topic, 0, 30)]).values():
+        future.result(timeout=60)
+
+    code = main(["run", str(pipeline_file), "--remote", "sc://localhost", "--once"])
+
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert "offsets 20-29 (10 records) were deleted by retention" in out.out + out.err
+    dead = connect_spark.read.format("delta").load(str(tmp_path / "dead_letter" / "connect_lossy"))
+    lost = dead.where("stage = 'lost'").collect()
+    assert [(r._topic, r._partition, r._offset) for r in lost] == [(topic, 0, 20)]
+    assert lost[0].reason.startswith("offsets 20-29 (10 records) were deleted by Kafka retention")
+    assert len(rows(connect_spark, tmp_path / "tables" / "connect_lossy")) == 30
+    audit = ingest.verify(connect_spark, pipeline_file)
+    assert audit.ok and audit.target_rows == 30, audit
