@@ -319,6 +319,50 @@ def test_metrics_and_the_consumer_group_on_connect(connect_spark, kafka, topic, 
     assert not scrape(port)  # the endpoint goes with the run
 
 
+def on_partition_0(prefix: str, count: int = 20, start: int = 0) -> list:
+    return [(f"{prefix}{i}", {"order_id": f"o{i}", "amount": 1.0, "ts": "2026-11-01T10:00:00"}, 0)
+            for i in range(start, start + count)]
+
+
+def lossy_pipeline(tmp_path, topic, **overrides):
+    return write_pipeline(tmp_path, topic, name="connect_lossy", on_data_loss="record",
+                          source={"kafka": {"bootstrap_servers": "${KAFKA_BOOTSTRAP}", "topics": [topic],
+                                            "allow_data_loss": True}}, **overrides)
+
+
+def test_a_range_deleted_under_a_running_query_is_recorded_by_its_batch(connect_spark, kafka, topic, tmp_path,
+                                                                       bootstrap):
+    """The batch's own check, in the server's worker: batch 0 read offsets 0-9; 10 more come
+    and retention deletes 10-14 before batch 1 (the next trigger, 10 s on) reads them: Spark
+    skips to 15 (allow_data_loss) and batch 1 records 10-14 as lost before it commits."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    from tests.integration.processes import wait_for
+
+    pipeline_file = lossy_pipeline(tmp_path, topic, trigger={"processing_time": "10 seconds"})
+    send(kafka, topic, on_partition_0("c", 10))
+    admin = AdminClient(kafka.client_config())  # held: its futures resolve only while it lives
+
+    handle = ingest.start(connect_spark, pipeline_file)
+    try:
+        wait_for(lambda: handle.reports, 600, "batch 0's report", poll=0.2)
+        send(kafka, topic, on_partition_0("c", 10, start=10))
+        for future in admin.delete_records([TopicPartition(topic, 0, 15)]).values():
+            future.result(timeout=60)
+        wait_for(lambda: len(handle.reports) >= 2, 600, "batch 1's report", poll=0.5)
+    finally:
+        handle.stop()
+
+    assert [r.summary.read for r in handle.reports[:2]] == [10, 5]
+    dead = connect_spark.read.format("delta").load(str(tmp_path / "dead_letter" / "connect_lossy"))
+    lost = dead.where("stage = 'lost'").collect()
+    assert [(r._topic, r._partition, r._offset) for r in lost] == [(topic, 0, 10)]
+    assert lost[0].reason.startswith("offsets 10-14 (5 records) were deleted by Kafka retention")
+    audit = ingest.verify(connect_spark, pipeline_file)
+    assert audit.ok and audit.target_rows == 15, audit
+
+
 def test_a_range_lost_to_retention_is_recorded_on_connect(connect_spark, kafka, topic, tmp_path, bootstrap, capsys):
     """on_data_loss: record: offsets retention deleted before the run read them are one dead
     letter of stage `lost`, the run goes on, and verify accounts for the rest."""
@@ -327,13 +371,7 @@ def test_a_range_lost_to_retention_is_recorded_on_connect(connect_spark, kafka, 
 
     from ingest.cli import main
 
-    def on_partition_0(prefix: str) -> list:
-        return [(f"{prefix}{i}", {"order_id": f"o{i}", "amount": 1.0, "ts": "2026-11-01T10:00:00"}, 0)
-                for i in range(20)]
-
-    pipeline_file = write_pipeline(tmp_path, topic, name="connect_lossy", on_data_loss="record",
-                                   source={"kafka": {"bootstrap_servers": "${KAFKA_BOOTSTRAP}", "topics": [topic],
-                                                     "allow_data_loss": True}})
+    pipeline_file = lossy_pipeline(tmp_path, topic)
     send(kafka, topic, on_partition_0("a"))
     [first] = ingest.run(connect_spark, pipeline_file, once=True)
     assert first.error is None
