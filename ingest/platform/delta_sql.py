@@ -63,8 +63,7 @@ class SqlOptimize:
         return self.table.session.sql(f"OPTIMIZE {self.table.name}")
 
     def executeZOrderBy(self, *columns: str) -> DataFrame:  # noqa: N802
-        names = [column for group in columns for column in ([group] if isinstance(group, str) else group)]
-        return self.table.session.sql(f"OPTIMIZE {self.table.name} ZORDER BY ({', '.join(map(_quoted, names))})")
+        return self.table.session.sql(f"OPTIMIZE {self.table.name} ZORDER BY ({', '.join(map(_quoted, columns))})")
 
 
 @dataclass(frozen=True)

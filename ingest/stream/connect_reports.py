@@ -38,41 +38,32 @@ class LedgerReports:
     pipeline: Pipeline
     query: Any  # pyspark's StreamingQuery (Connect)
     seen: set[int] = field(default_factory=set)  # batches every table of which was reported
-    reported: set[tuple[int, str]] = field(default_factory=set)  # (batch, table) with a table per topic
+    reported: set[tuple[int, str | None]] = field(default_factory=set)  # (batch, table) of a batch not seen yet
 
     def new(self) -> list[BatchReport]:
         ran = {p.batchId: p for p in self.query.recentProgress
                if p.batchId not in self.seen and p.numInputRows > 0}
-        if not ran:
-            return []
-        if not template.is_per_topic(self.pipeline):
-            return self._reports(ran, self.pipeline, None, {batch_id: True for batch_id in ran})
+        expected = {batch_id: self._tables(progress) for batch_id, progress in ran.items()}
         reports = []
-        tables = {batch_id: template.tables_of(self.pipeline, _advanced(progress))
-                  for batch_id, progress in ran.items()}
-        for table, topics in sorted({t: ts for found in tables.values() for t, ts in found.items()}.items()):
-            asked = {b: (b, table) not in self.reported for b, found in tables.items() if table in found}
-            reports += self._reports(ran, template.for_topic(self.pipeline, topics[0]), table, asked)
-        self.seen.update(b for b, found in tables.items() if all((b, t) in self.reported for t in found))
+        for table, pipeline in {t: p for tables in expected.values() for t, p in tables.items()}.items():
+            wanted = {b for b, tables in expected.items() if table in tables and (b, table) not in self.reported}
+            commits = self._commits(pipeline, table, wanted) if wanted else {}
+            for batch_id, (entry, metrics) in commits.items():  # a batch not in the log yet: asked again
+                seconds = (ran[batch_id].durationMs or {}).get("addBatch", 0) / 1000
+                name = self.pipeline.name if table is None else f"{self.pipeline.name} -> {table}"
+                reports.append(BatchReport(name, batch_id, summary_of(entry), merge_result(metrics), seconds))
+                self.reported.add((batch_id, table))
+        done = {b for b, tables in expected.items() if all((b, t) in self.reported for t in tables)}
+        self.seen |= done
+        self.reported = {(b, t) for b, t in self.reported if b not in done}
         return sorted(reports, key=lambda report: report.batch_id)
 
-    def _reports(self, ran: dict, pipeline: Pipeline, table: str | None,
-                 asked: dict[int, bool]) -> list[BatchReport]:
-        """The reports of the batches `asked` names (True: not reported yet) that `pipeline`'s
-        target has the commit of; a batch whose commit is not in the log yet is asked again."""
-        wanted = {batch_id for batch_id, unreported in asked.items() if unreported}
-        commits = self._commits(pipeline, table, wanted) if wanted else {}
-        reports = []
-        for batch_id in sorted(commits):
-            entry, metrics = commits[batch_id]
-            seconds = (ran[batch_id].durationMs or {}).get("addBatch", 0) / 1000
-            name = self.pipeline.name if table is None else f"{self.pipeline.name} -> {table}"
-            reports.append(BatchReport(name, batch_id, summary_of(entry), merge_result(metrics), seconds))
-            if table is None:
-                self.seen.add(batch_id)
-            else:
-                self.reported.add((batch_id, table))
-        return reports
+    def _tables(self, progress) -> dict[str | None, Pipeline]:
+        """The tables a batch wrote, each as its pipeline (None: the pipeline's one table)."""
+        if not template.is_per_topic(self.pipeline):
+            return {None: self.pipeline}
+        return {table: template.for_topic(self.pipeline, topics[0])
+                for table, topics in template.tables_of(self.pipeline, _advanced(progress)).items()}
 
     def _commits(self, pipeline: Pipeline, table: str | None, batch_ids: set[int]) -> dict[int, tuple[dict, dict]]:
         """batch id -> (ledger entry, MERGE metrics) of this query's commits in the target."""
