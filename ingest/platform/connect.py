@@ -118,6 +118,10 @@ def pipeline_session(session, settings: Mapping[str, str]):
     except Exception:  # a server without CloneSession (older than Spark 4.2)
         return None
     own.client.set_retry_policies(session.client.get_retry_policies())
+    # A query killed while Spark wrote its first offsets leaves a temporary file that this
+    # check refuses on every start; ingest plans the start itself from the checkpoint and
+    # the Delta log (`stream.recovery`), and its query keeps no state the check protects.
+    own.conf.set("spark.sql.streaming.verifyCheckpointDirectoryEmptyOnStart", "false")
     for key, value in settings.items():
         own.conf.set(key, value)
     return own

@@ -1,13 +1,19 @@
 """Small files where the job runs: a local (or mounted) path read as a file, any
 other location through Spark, so every file system the session reaches works.
 
-The checkpoint's files and a log's last lines are read here; no module above
-repeats the local-or-Spark branch.
+The checkpoint's files and a log's last lines are read here, and the temporary
+files a killed Spark left are deleted here; no module above repeats the
+local-or-Spark branch.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+
+# `.<name>.<uuid>.tmp`, and on a local file system its checksum `..<name>.<uuid>.tmp.crc`:
+# Hadoop's CheckpointFileManager writes a log file there and renames it when complete.
+_SPARK_TEMP_FILE = re.compile(r"^\..+\.tmp(\.crc)?$")
 
 
 def local_path(location: str) -> Path | None:
@@ -49,6 +55,23 @@ def numbered_files(session, folder: str) -> dict[int, str]:
     except AnalysisException:  # the folder does not exist
         return {}
     return {int(r.name): r.value for r in rows if r.name.isdigit()}
+
+
+def delete_temp_files(session, folder: str) -> list[str] | None:
+    """Delete the temporary files Spark left in `folder` (a process killed while it wrote
+    a log file leaves one), through the session's own Hadoop file system; their names.
+    None on Spark Connect, where the client has no file system of the server's."""
+    if getattr(session, "_jvm", None) is None:
+        return None
+    jvm_path = session._jvm.org.apache.hadoop.fs.Path(folder)
+    fs = jvm_path.getFileSystem(session._jsc.hadoopConfiguration())
+    if not fs.exists(jvm_path):
+        return []
+    found = sorted((s.getPath() for s in fs.listStatus(jvm_path) if _SPARK_TEMP_FILE.match(s.getPath().getName())),
+                   key=lambda path: path.getName())
+    for path in found:
+        fs.delete(path, False)
+    return [path.getName() for path in found]
 
 
 def tail(path: Path, lines: int, missing: str = "") -> str:

@@ -20,6 +20,7 @@ from ingest.kafka import checkpoint as spark_checkpoint
 from ingest.kafka.checkpoint import read_state
 from ingest.kafka.offsets import Offsets
 from ingest.platform.delta import table_exists
+from ingest.platform.files import delete_temp_files
 from ingest.spec import template
 from ingest.spec.model import Pipeline, Target
 
@@ -65,13 +66,30 @@ def plan_start(spark, pipeline: Pipeline, watermarks: dict[str, dict[int, tuple[
             "(dropped, or its path or name changed); restore the table (or point target at it), "
             "or to load the topic again into a new table delete the checkpoint too")
     topic_ids = kafka_admin.topic_ids(pipeline.source.kafka, watermarks) if watermarks else {}
+    cleared = []
     if not state.empty:  # Spark resumes from its own offset log (replays are no-ops)
         _check_tables(spark, pipeline, state, topic_ids)
         plan = StartPlan(None, state.committed_offsets or {})
     else:
+        cleared = _clear_interrupted_first_batch(spark, pipeline)
         plan = _from_delta_log(spark, pipeline, watermarks, topic_ids)
     gaps = retention_gaps(plan.resume_from, watermarks)
-    return StartPlan(plan.starting_offsets, plan.resume_from, plan.notes, gaps)
+    return StartPlan(plan.starting_offsets, plan.resume_from, cleared + plan.notes, gaps)
+
+
+def _clear_interrupted_first_batch(spark, pipeline: Pipeline) -> list[str]:
+    """A process killed while Spark wrote batch 0's offsets leaves a temporary file and no
+    `offsets/0`; Spark (4.1 and later) then refuses to start a query in that folder, on
+    every restart. Nothing was planned, so the file is dropped and the run starts as new.
+    On Spark Connect the pipeline's own session turns that check off instead
+    (`platform.connect.pipeline_session`)."""
+    root = pipeline.checkpoint.rstrip("/")
+    dropped = [name for folder in ("offsets", "commits")
+               for name in delete_temp_files(spark, f"{root}/{folder}") or []]
+    if not dropped:
+        return []
+    return [f"{pipeline.name}: checkpoint {pipeline.checkpoint} holds no planned batch, only what an "
+            f"interrupted first batch left ({', '.join(dropped)}); removed, the run starts as new"]
 
 
 def _from_delta_log(spark, pipeline: Pipeline, watermarks, topic_ids: dict[str, str]) -> StartPlan:

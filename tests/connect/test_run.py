@@ -392,3 +392,21 @@ def test_a_range_lost_to_retention_is_recorded_on_connect(connect_spark, kafka, 
     assert len(rows(connect_spark, tmp_path / "tables" / "connect_lossy")) == 30
     audit = ingest.verify(connect_spark, pipeline_file)
     assert audit.ok and audit.target_rows == 30, audit
+
+
+def test_a_run_killed_while_spark_wrote_its_first_offsets_starts_again_on_connect(connect_spark, kafka, topic,
+                                                                                  tmp_path, bootstrap):
+    """The leftover of tests/integration/test_faults.py, where the client cannot delete it:
+    the pipeline's own session turns off the check that refuses it."""
+    send(kafka, topic, orders(6))
+    pipeline_file = write_pipeline(tmp_path, topic, name="connect_killed")
+    checkpoint = tmp_path / "checkpoints" / "connect_killed"
+    (checkpoint / "offsets").mkdir(parents=True)
+    temp = ".0.0d9b5e7a-6f43-4c3e-8d62-2b1f5c9e7a10.tmp"
+    (checkpoint / "offsets" / temp).write_text('v1\n{"batchWatermarkMs":0,"batchTimes')
+
+    [outcome] = ingest.run(connect_spark, pipeline_file, once=True)
+
+    assert outcome.error is None
+    assert set(rows(connect_spark, tmp_path / "tables" / "connect_killed")) == {f"u{i:04d}" for i in range(6)}
+    assert (checkpoint / "commits" / "0").exists()

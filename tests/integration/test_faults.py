@@ -64,6 +64,28 @@ def test_lost_checkpoint_resumes_from_the_delta_log(spark, kafka, bootstrap, top
     assert dead_letter_count(spark, tmp_path) == 1
 
 
+def test_a_run_killed_while_spark_wrote_its_first_offsets_starts_again(spark, kafka, bootstrap, topic, tmp_path,
+                                                                       capsys):
+    """What a SIGKILL leaves while Spark writes `offsets/0`: the query's metadata, and the
+    offsets file still under its temporary name (CheckpointFileManager writes
+    `.<name>.<uuid>.tmp` and renames it when complete; a local file system adds the
+    checksum). Spark 4.1 and later refuse to start a new query beside them, on every restart."""
+    pipeline_file = write_pipeline(tmp_path, topic)
+    send(kafka, topic, [f"a{i}" for i in range(20)])
+    checkpoint = tmp_path / "checkpoints" / "crashy"
+    (checkpoint / "offsets").mkdir(parents=True)
+    (checkpoint / "metadata").write_text('{"id":"5a7c0e64-3c1b-4b8e-9a55-0f0c1d2e3f40"}\n')
+    temp = ".0.0d9b5e7a-6f43-4c3e-8d62-2b1f5c9e7a10.tmp"
+    (checkpoint / "offsets" / temp).write_text('v1\n{"batchWatermarkMs":0,"batchTimes')
+    (checkpoint / "offsets" / f".{temp}.crc").write_bytes(b"crc\x00\x00\x02\x00")
+
+    output = run_to_end(pipeline_file, capsys)
+
+    assert f"only what an interrupted first batch left ({temp}); removed" in output
+    assert sorted(target_uids(spark, tmp_path)) == sorted(f"a{i}" for i in range(20))
+    assert sorted(f.name for f in (checkpoint / "offsets").iterdir()) == [".0.crc", "0"]  # the checksum too
+
+
 def test_records_lost_to_retention_stop_the_run(spark, kafka, bootstrap, topic, tmp_path, capsys):
     pipeline_file = write_pipeline(tmp_path, topic)
     send(kafka, topic, [f"a{i}" for i in range(20)])
