@@ -80,7 +80,8 @@ def plan_start(spark, pipeline: Pipeline, watermarks: dict[str, dict[int, tuple[
 def _clear_interrupted_first_batch(spark, pipeline: Pipeline) -> list[str]:
     """A process killed while Spark wrote batch 0's offsets leaves a temporary file and no
     `offsets/0`; Spark (4.1 and later) then refuses to start a query in that folder, on
-    every restart. Nothing was planned, so the file is dropped and the run starts as new.
+    every restart. Nothing was planned, so the file is dropped and the start is planned as
+    for a checkpoint that is missing.
     On Spark Connect the pipeline's own session turns that check off instead
     (`platform.connect.pipeline_session`)."""
     root = pipeline.checkpoint.rstrip("/")
@@ -89,7 +90,7 @@ def _clear_interrupted_first_batch(spark, pipeline: Pipeline) -> list[str]:
     if not dropped:
         return []
     return [f"{pipeline.name}: checkpoint {pipeline.checkpoint} holds no planned batch, only what an "
-            f"interrupted first batch left ({', '.join(dropped)}); removed, the run starts as new"]
+            f"interrupted first batch left ({', '.join(dropped)}); removed, as Spark does not start beside them"]
 
 
 def _from_delta_log(spark, pipeline: Pipeline, watermarks, topic_ids: dict[str, str]) -> StartPlan:
