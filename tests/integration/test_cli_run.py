@@ -8,6 +8,7 @@ import signal
 from confluent_kafka import Producer
 from deltalake import DeltaTable as RustTable
 
+from tests.integration.conftest import ingest_run
 from tests.integration.processes import IngestProcess, wait_for, write_pipeline
 
 
@@ -59,7 +60,8 @@ def stop_after_a_batch(run: IngestProcess, stop, code: int) -> str:
     return run.output()
 
 
-def test_a_signal_to_the_process_group_stops_a_continuous_run_cleanly(kafka, topic, tmp_path):
+def test_a_signal_to_the_process_group_stops_a_continuous_run_cleanly(spark, kafka, topic, tmp_path, capsys,
+                                                                     monkeypatch):
     # as `timeout`, container inits and a terminal's Ctrl-C stop a process: the signal reaches
     # every process of the group at once; systemd's default KillMode=control-group signals the
     # JVM too. Mid-batch here (20 small batches queued).
@@ -80,8 +82,10 @@ def test_a_signal_to_the_process_group_stops_a_continuous_run_cleanly(kafka, top
         assert not (tmp_path / "checkpoints" / "crashy" / "_ingest_lease.json").exists()
 
     source["kafka"]["max_offsets_per_trigger"] = 5000  # the rest in one batch
-    rerun = IngestProcess(write_pipeline(tmp_path, topic, source=source), kafka.bootstrap, tmp_path / "rerun.log")
-    assert rerun.wait(timeout=600) == 0, rerun.output()[-3000:]
+    # the rest: `ingest run` in this process, on the shared session (no boundary to prove there)
+    monkeypatch.setenv("KAFKA_BOOTSTRAP", kafka.bootstrap)
+    code, said = ingest_run(write_pipeline(tmp_path, topic, source=source), capsys)
+    assert code == 0, said[-3000:]
     uids = RustTable(str(tmp_path / "tables" / "crashy")).to_pyarrow_table(columns=["_uid"]).column("_uid")
     assert sorted(uids.to_pylist()) == [f"u{i:06d}" for i in range(400)]  # each once, none lost
 
