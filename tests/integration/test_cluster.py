@@ -226,20 +226,54 @@ def _tail(log: Path, chars: int = 6000) -> str:
     return log.read_text(errors="replace")[-chars:]
 
 
-def test_spark_submit_run_lands_every_record_once(cluster, spark_jars, kafka, sender, topic, tmp_path):
+def test_spark_submit_lands_json_and_avro_once_each(cluster, spark_jars, kafka, sender, topic, registry,
+                                                   tmp_path):
+    """One application running two pipelines (`ingest run a.yaml b.yaml`, one driver and one
+    executor start for both): JSON orders with producer retries and a malformed record, and
+    Avro orders, decoded in an Arrow UDF, so in the executor's Python: docs/cluster.md's list
+    of what an executor needs (the wheel, fastavro, pyarrow) is this test's PYSPARK_PYTHON."""
+    from ingest.kafka.local_broker import create_topic
+    from tests.integration.conftest import REGISTRY_PASSWORD, REGISTRY_USER, Sender
+    from tests.integration.test_avro import ORDER_V1, order, serialized
+
     uids = send_orders(sender, 120)
     sender.send(b"{not json", uid="bad-json")
     sender.flush()
+    avro_topic = f"{topic}-avro"
+    create_topic(kafka.client_config(), avro_topic, partitions=2)
+    avro_sender = Sender(kafka, avro_topic)
+    avro_uids = {f"a-{i:03d}" for i in range(1, 21)}
+    for uid in sorted(avro_uids):
+        i = int(uid[2:])
+        avro_sender.send(serialized(registry, avro_topic, ORDER_V1, order(i)), uid=uid, partition=i % 2)
+    avro_sender.flush()
+    json_file = write_pipeline(tmp_path, topic, batch=1000)
+    document = yaml.safe_load(json_file.read_text())
+    document["source"] = {**document["source"], "format": "avro", "registry": {
+        "url": registry.url, "auth": {"basic": "${SR_USER}:${SR_PASSWORD}"}}}
+    document["source"]["kafka"]["topics"] = [avro_topic]
+    del document["source"]["schema"]
+    document.update(name="orders_avro", target={"path": "${DATA_ROOT}/tables/orders_avro"},
+                    checkpoint="${DATA_ROOT}/checkpoints/orders_avro",
+                    dead_letter={"path": "${DATA_ROOT}/dead_letter/orders_avro"})
+    avro_file = tmp_path / "orders_avro.yaml"
+    avro_file.write_text(yaml.safe_dump(document, sort_keys=False))
     data_root = tmp_path / "data"
     log = tmp_path / "submit.log"
-    process = cluster.submit(run_args(write_pipeline(tmp_path, topic, batch=1000), spark_jars), log,
-                             KAFKA_BOOTSTRAP=kafka.bootstrap, DATA_ROOT=str(data_root))
+    args = [*run_args(json_file, spark_jars)[:-1], str(avro_file), "--once"]
+    process = cluster.submit(args, log, KAFKA_BOOTSTRAP=kafka.bootstrap, DATA_ROOT=str(data_root),
+                             SR_USER=REGISTRY_USER, SR_PASSWORD=REGISTRY_PASSWORD)
     finish(process, log, timeout=420)
 
     landed = column(data_root / "tables" / "orders", "_uid")
     assert len(landed) == len(set(landed)), "a uid landed twice"
     assert set(landed) == uids
     assert column(data_root / "dead_letter" / "orders", "stage") == ["decode"]
+
+    target, dead = data_root / "tables" / "orders_avro", data_root / "dead_letter" / "orders_avro"
+    assert sorted(column(target, "_uid")) == sorted(avro_uids), "every Avro record once"
+    assert sorted(column(target, "order_id")) == sorted(f"o{i}" for i in range(1, 21))  # decoded
+    assert not (dead / "_delta_log").exists() or column(dead, "stage") == [], "a record failed to decode"
 
 
 def test_executor_killed_mid_run_loses_and_duplicates_nothing(cluster, spark_jars, kafka, sender,
@@ -280,33 +314,3 @@ def test_a_jar_folder_under_spark_submit_is_refused_with_advice(cluster, spark_j
         stop_group(process)
     assert code == 1, _tail(log)
     assert "give the jars to spark-submit instead: --jars" in log.read_text(), _tail(log)
-
-
-def test_avro_decodes_on_the_standalone_executor(cluster, spark_jars, kafka, sender, topic, registry,
-                                                 tmp_path):
-    """Avro decodes in an Arrow UDF, so in the executor's Python: docs/cluster.md's list of what
-    an executor needs (the wheel, fastavro, pyarrow) is this test's PYSPARK_PYTHON."""
-    from tests.integration.conftest import REGISTRY_PASSWORD, REGISTRY_USER
-    from tests.integration.test_avro import ORDER_V1, order, serialized
-
-    uids = {f"a-{i:03d}" for i in range(1, 21)}
-    for uid in sorted(uids):
-        i = int(uid[2:])
-        sender.send(serialized(registry, topic, ORDER_V1, order(i)), uid=uid, partition=i % 2)
-    sender.flush()
-    document = yaml.safe_load(write_pipeline(tmp_path, topic, batch=1000).read_text())
-    document["source"] = {**document["source"], "format": "avro", "registry": {
-        "url": registry.url, "auth": {"basic": "${SR_USER}:${SR_PASSWORD}"}}}
-    del document["source"]["schema"]
-    pipeline_file = tmp_path / "orders_avro.yaml"
-    pipeline_file.write_text(yaml.safe_dump(document, sort_keys=False))
-    data_root = tmp_path / "data"
-    log = tmp_path / "submit.log"
-    process = cluster.submit(run_args(pipeline_file, spark_jars), log, KAFKA_BOOTSTRAP=kafka.bootstrap,
-                             DATA_ROOT=str(data_root), SR_USER=REGISTRY_USER, SR_PASSWORD=REGISTRY_PASSWORD)
-    finish(process, log, timeout=420)
-
-    target, dead = data_root / "tables" / "orders", data_root / "dead_letter" / "orders"
-    assert sorted(column(target, "_uid")) == sorted(uids), "every Avro record once"
-    assert sorted(column(target, "order_id")) == sorted(f"o{i}" for i in range(1, 21))  # decoded
-    assert not (dead / "_delta_log").exists() or column(dead, "stage") == [], "a record failed to decode"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 
 from confluent_kafka import Producer
 
@@ -56,16 +57,26 @@ def test_a_failed_pipeline_stops_alone_and_the_other_goes_on(spark, kafka, topic
     assert rows.count() == rows.select("_uid").distinct().count() == 10
 
 
-def test_fail_fast_stops_every_pipeline(kafka, topic, tmp_path):
+def test_fail_fast_stops_every_pipeline(spark, kafka, topic, tmp_path, capsys, monkeypatch):
+    # `ingest run --fail-fast` in this process, on the shared session: what is tested is the
+    # supervisor's stop, not a process boundary (the test above stops a child with a signal)
+    from ingest.cli import main
+
     send_orders(kafka, topic, 0, 6)
-    run = IngestProcess(two_pipelines(tmp_path, topic), kafka.bootstrap, tmp_path / "run.log", once=False,
-                        extra_args=("--fail-fast",))
+    monkeypatch.setenv("KAFKA_BOOTSTRAP", kafka.bootstrap)
+    # continuous queries: only the failure can end this run; should it not, the queries are
+    # stopped after ten minutes, so the test fails rather than hangs
+    timed_out: list[bool] = []
+    watchdog = threading.Timer(600, lambda: (timed_out.append(True), [q.stop() for q in spark.streams.active]))
+    watchdog.start()
     try:
-        # continuous queries: only the failure can end this run
-        assert run.wait(timeout=600) == 1, run.output()[-3000:]
+        code = main(["run", *map(str, two_pipelines(tmp_path, topic)), "--fail-fast"])
     finally:
-        run.kill()
-    output = run.output()
+        watchdog.cancel()
+    said = capsys.readouterr()
+    output = said.out + said.err
+    assert not timed_out, f"--fail-fast did not stop the run:\n{output[-3000:]}"
+    assert code == 1, output[-3000:]
     assert "error: pipeline bad failed in batch 0 (offsets " in output, output[-3000:]
     assert "the other pipelines go on" not in output
     assert re.search(r"^good: \w+ after \d+ batch\(es\)", output, re.MULTILINE), output[-3000:]
