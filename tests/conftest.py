@@ -36,9 +36,11 @@ def pytest_configure(config):
     child_jvms.configure()
 
 
-# Files whose tests read one `ingest demo` (the session fixture `demo_run`, its own broker and
-# three JVMs): on one worker, so the demo runs once per suite, not once per worker that needs it.
-SHARING_THE_DEMO = ("tests/integration/test_demo.py", "tests/integration/test_notebooks.py")
+# Files whose tests read one `ingest demo` of the installed wheel (the session fixture `demo_run`,
+# its own broker and three JVMs): on one worker, so the wheel is built and the demo runs once per
+# suite, not once per worker that needs them.
+SHARING_THE_DEMO = ("tests/integration/test_demo.py", "tests/integration/test_notebooks.py",
+                    "tests/integration/test_wheel.py")
 
 
 def pytest_xdist_make_scheduler(config, log):

@@ -174,15 +174,85 @@ class DemoRun:
         return None
 
 
+WHEEL_PIPELINE = """\
+name: clicks
+source:
+  kafka: {bootstrap_servers: "${KAFKA_BOOTSTRAP}", topics: [clicks]}
+  format: json
+  schema: "page STRING, ts TIMESTAMP"
+uid: {header: message-id}
+target: {path: "${DATA_ROOT}/tables/clicks"}
+checkpoint: ${DATA_ROOT}/checkpoints/clicks
+"""
+
+
+def sh(*command, cwd: Path, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([str(part) for part in command], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def ok(done: subprocess.CompletedProcess) -> str:
+    assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done.stdout
+
+
+@dataclass(frozen=True)
+class InstalledWheel:
+    """The package as a user gets it, and what its commands answered before the spark
+    extra was installed (test_wheel.py checks them)."""
+
+    venv: Path
+    user: Path  # the user's folder: no checkout, no conf/
+    env: dict[str, str]
+    version: subprocess.CompletedProcess
+    validate: subprocess.CompletedProcess
+    status_without_spark: subprocess.CompletedProcess
+    validate_strict: subprocess.CompletedProcess
+
+    @property
+    def ingest(self) -> Path:
+        return self.venv / "bin" / "ingest"
+
+
 @pytest.fixture(scope="session")
-def demo_run(tmp_path_factory):
-    """One `ingest demo` (a child process, its own broker) for the demo and notebook tests."""
+def installed_wheel(tmp_path_factory) -> InstalledWheel:
+    """The wheel built, installed into a fresh venv (pip installs from its cache with the
+    versions pinned in requirements.lock), its commands run before and after the spark extra."""
+    root = tmp_path_factory.mktemp("wheel")
+    dist, venv, user = root / "dist", root / "venv", root / "user"
+    user.mkdir()
+    # Nothing of the checkout may leak in: with PYTHONPATH pointing at it, pip would
+    # take `ingest` as installed already.
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "VIRTUAL_ENV", "INGEST_FAULT", "INGEST_CONF_DIR", "DATA_ROOT")}
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env['PATH']}"
+    lock = PROJECT / "requirements.lock"
+    ok(sh(sys.executable, "-m", "pip", "wheel", PROJECT, "--no-deps", "-w", dist, "-q", cwd=root, env=env))
+    [wheel] = dist.glob("ingest-*.whl")
+    ok(sh("python3.11", "-m", "venv", venv, cwd=root, env=env))
+    pip, ingest = venv / "bin" / "pip", venv / "bin" / "ingest"
+    ok(sh(pip, "install", "-q", "-c", lock, wheel, cwd=root, env=env))
+    (user / "pipelines").mkdir()
+    (user / "pipelines" / "clicks.yml").write_text(WHEEL_PIPELINE)
+    with_vars = {**env, "KAFKA_BOOTSTRAP": "localhost:9092", "DATA_ROOT": str(user / "data")}
+    installed = InstalledWheel(
+        venv, user, env, version=sh(ingest, "--version", cwd=user, env=env),
+        validate=sh(ingest, "validate", cwd=user, env=with_vars),
+        status_without_spark=sh(ingest, "status", "pipelines/clicks.yml", cwd=user, env=with_vars),
+        validate_strict=sh(ingest, "validate", "--strict", cwd=user, env=with_vars))
+    ok(sh(pip, "install", "-q", "-c", lock, f"{wheel}[spark]", cwd=root, env=env))
+    return installed
+
+
+@pytest.fixture(scope="session")
+def demo_run(installed_wheel, tmp_path_factory):
+    """One `ingest demo` of the installed wheel (a child process, its own broker) for the
+    demo, notebook and wheel tests: the package as users get it, run once for all three."""
     root = tmp_path_factory.mktemp("demo")
     (root / "tables" / "yours").mkdir(parents=True)  # a table of your own under the same DATA_ROOT
     (root / "tables" / "yours" / "part-0").write_text("your table")
-    env = {k: v for k, v in os.environ.items() if k not in ("INGEST_FAULT", "DATA_ROOT")}
-    done = subprocess.run([sys.executable, "-m", "ingest", "demo", "--data-root", str(root)],
-                          cwd=PROJECT, env=env, capture_output=True, text=True, timeout=1500)
+    done = sh(installed_wheel.ingest, "demo", "--data-root", root, cwd=installed_wheel.user,
+              env=installed_wheel.env, timeout=1800)
     return DemoRun(root, done.returncode, done.stdout + done.stderr)
 
 
