@@ -8,9 +8,16 @@ dumped once by a JVM started with `-XX:ArchiveClassesAtExit` and mapped by every
 later one, saves about a sixth of a child run (test_cdc_crash's four runs: 190 s
 to 166 s; a session and its first MERGE: 19 s to 14 s). It is built in the
 background when the session starts; a child started before it is ready, or on
-another classpath (the wheel test's venv), starts without it, silently
-(`-Xshare:auto`, the default). C1 only (`-XX:TieredStopAtLevel=1`) was tried
-and left out: it starts quicker still, but the batches after run slower (182 s).
+another classpath (the installed wheel's venv, where the demo runs), starts without it, silently
+(`-Xshare:auto`, the default).
+
+The children also compile with C1 only (`-XX:TieredStopAtLevel=1`). The suite is
+CPU-bound (two workers on two cores, a child beside them), and C2 compiling a
+short run's hot code costs more CPU than the code ever saves: an `ingest run
+--once` of four 50-record batches, three runs each on an idle machine, took 48-60
+CPU-seconds (wall 25-31 s) with both compilers, 31-40 CPU-seconds (wall 19-24 s)
+with C1 only. (Measured on wall time alone with a core to spare, C2 looked the
+better choice: its compiling ran on the idle core.)
 
 It does not change what a run does. The options go to the children through
 `PYSPARK_SUBMIT_ARGS` as `spark.driver.defaultJavaOptions` (ingest's own
@@ -54,7 +61,7 @@ def archive_path() -> Path:
 
 
 def submit_args(archive: Path) -> str:
-    options = f"-XX:SharedArchiveFile={archive} -Xlog:disable"
+    options = f"-XX:SharedArchiveFile={archive} -XX:TieredStopAtLevel=1 -Xlog:disable"
     return f'--conf "spark.driver.defaultJavaOptions={options}" --conf spark.ui.enabled=false pyspark-shell'
 
 
