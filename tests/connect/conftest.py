@@ -12,6 +12,8 @@ import sys
 
 import pytest
 
+from tests import child_jvms
+
 CONNECT_TEST_CONF = {
     "spark.sql.shuffle.partitions": "2",
     "spark.default.parallelism": "2",
@@ -35,6 +37,7 @@ def connect_spark(kafka):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = configure_builder(SparkSession.builder.remote("local[2]").appName("ingest-connect-tests"),
                                 {**LOCAL_DEFAULTS, **CONNECT_TEST_CONF})
-    session = builder.getOrCreate()
+    with child_jvms.own_jvm_options():  # the server lives for the whole suite: not a child's C1 only
+        session = builder.getOrCreate()
     yield session
     session.stop()
