@@ -16,11 +16,6 @@ TEST_SPARK_CONF = {
     "spark.default.parallelism": "2",
     "spark.ui.enabled": "false",
     "spark.sql.streaming.stopTimeout": "30s",
-    # The session lives for a whole worker's share of the suite and holds hundreds of tables'
-    # Delta logs and Spark's record of every job: at ingest's local 2g its old generation stayed
-    # 76-80% full, and G1 ran a concurrent cycle every few seconds (422 in 18 minutes, a fifth
-    # of the JVM's CPU on a CPU-bound suite)
-    "spark.driver.memory": "4g",
     # Delta checks each commit's files against the log: keep the local test tables small and quick
     "spark.databricks.delta.snapshotPartitions": "2",
 }
