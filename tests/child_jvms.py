@@ -19,10 +19,21 @@ CPU-seconds (wall 25-31 s) with both compilers, 31-40 CPU-seconds (wall 19-24 s)
 with C1 only. (Measured on wall time alone with a core to spare, C2 looked the
 better choice: its compiling ran on the idle core.)
 
-It does not change what a run does. The options go to the children through
-`PYSPARK_SUBMIT_ARGS` as `spark.driver.defaultJavaOptions` (ingest's own
-`spark.driver.extraJavaOptions`, its log4j file, still applies). The test
-session's own JVM starts without them: it lives for the whole suite.
+The suite's JVMs, the test session's and the children's, evaluate Spark's plans
+interpreted (`INTERPRETED`). A test batch holds a few rows, and for each new plan
+Spark first writes Java source and compiles it (Janino, then the JIT compiles the
+result again): in a profile of three matrix cells (JFR), that was 30% of the test
+session's sampled CPU. Interpreted, the same cells took 197 CPU-seconds in the
+session's JVM instead of 253, and test_cdc_crash's child runs 81 instead of 116.
+Which way Spark evaluates an expression is Spark's choice, not a behaviour of
+ingest's; the spark-submit cluster test, the Connect suite and the bench keep
+Spark's default (whole-stage code generation), as users run.
+
+None of this changes what a run does. The children get it all through
+`PYSPARK_SUBMIT_ARGS`: the JVM options as `spark.driver.defaultJavaOptions`
+(ingest's own `spark.driver.extraJavaOptions`, its log4j file, still applies) and
+`INTERPRETED` as `--conf`. The test session's own JVM starts without the JVM
+options (it lives for the whole suite) and takes `INTERPRETED` in its conf.
 """
 
 from __future__ import annotations
@@ -36,6 +47,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 VARIABLE = "PYSPARK_SUBMIT_ARGS"
+INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 _DUMP_WORK = """
 import sys, tempfile
 from ingest.platform.session import get_session
@@ -62,7 +74,8 @@ def archive_path() -> Path:
 
 def submit_args(archive: Path) -> str:
     options = f"-XX:SharedArchiveFile={archive} -XX:TieredStopAtLevel=1 -Xlog:disable"
-    return f'--conf "spark.driver.defaultJavaOptions={options}" --conf spark.ui.enabled=false pyspark-shell'
+    interpreted = " ".join(f"--conf {key}={value}" for key, value in INTERPRETED.items())
+    return f'--conf "spark.driver.defaultJavaOptions={options}" --conf spark.ui.enabled=false {interpreted} pyspark-shell'
 
 
 def _dump(archive: Path) -> None:

@@ -18,6 +18,7 @@ TEST_SPARK_CONF = {
     "spark.sql.streaming.stopTimeout": "30s",
     # Delta checks each commit's files against the log: keep the local test tables small and quick
     "spark.databricks.delta.snapshotPartitions": "2",
+    **child_jvms.INTERPRETED,  # a few rows per batch: compiling Java for each plan cost more than it ran
 }
 
 
