@@ -22,9 +22,10 @@ better choice: its compiling ran on the idle core.)
 The suite's JVMs, the test session's and the children's, evaluate Spark's plans
 interpreted (`INTERPRETED`). A test batch holds a few rows, and for each new plan
 Spark first writes Java source and compiles it (Janino, then the JIT compiles the
-result again): in a profile of three matrix cells (JFR), that was 30% of the test
-session's sampled CPU. Interpreted, the same cells took 197 CPU-seconds in the
-session's JVM instead of 253, and test_cdc_crash's child runs 81 instead of 116.
+result again): in a profile of two matrix cells (JFR), that was 30% of the test
+session's sampled CPU. Interpreted, three cells took 197 CPU-seconds in the
+session's JVM instead of 253, test_cdc_crash's child runs 81 instead of 116, and
+test_verify_cdc.py with test_cdc_crash.py 277 machine CPU-seconds instead of 369-420.
 Which way Spark evaluates an expression is Spark's choice, not a behaviour of
 ingest's; the spark-submit cluster test, the Connect suite and the bench keep
 Spark's default (whole-stage code generation), as users run.
@@ -74,8 +75,8 @@ def archive_path() -> Path:
 
 def submit_args(archive: Path) -> str:
     options = f"-XX:SharedArchiveFile={archive} -XX:TieredStopAtLevel=1 -Xlog:disable"
-    interpreted = " ".join(f"--conf {key}={value}" for key, value in INTERPRETED.items())
-    return f'--conf "spark.driver.defaultJavaOptions={options}" --conf spark.ui.enabled=false {interpreted} pyspark-shell'
+    confs = " ".join(f"--conf {key}={value}" for key, value in {"spark.ui.enabled": "false", **INTERPRETED}.items())
+    return f'--conf "spark.driver.defaultJavaOptions={options}" {confs} pyspark-shell'
 
 
 def _dump(archive: Path) -> None:
