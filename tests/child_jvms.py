@@ -6,8 +6,8 @@ start is mostly loading and compiling classes the JVM throws away minutes
 later. A class data archive (AppCDS) of the classes a short ingest run loads,
 dumped once by a JVM started with `-XX:ArchiveClassesAtExit` and mapped by every
 later one, saves about a sixth of a child run (test_cdc_crash's four runs: 190 s
-to 166 s; a session and its first MERGE: 19 s to 14 s). It is built in the
-background when the session starts; a child started before it is ready, or on
+to 166 s; a session and its first MERGE: 19 s to 14 s). It is built in a
+process of its own when the session starts; a child started before it is ready, or on
 another classpath (the installed wheel's venv, where the demo runs), starts without it, silently
 (`-Xshare:auto`, the default).
 
@@ -43,7 +43,6 @@ import hashlib
 import os
 import subprocess
 import sys
-import threading
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -68,7 +67,8 @@ def archive_path() -> Path:
     import pyspark
 
     jars = sorted(p.name for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar"))
-    java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr
+    said = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines(keepends=True)
+    java = "".join(line for line in said if not line.startswith("Picked up"))  # JAVA_TOOL_OPTIONS' note
     key = hashlib.sha256("\n".join([java, *jars]).encode()).hexdigest()[:16]
     return Path.home() / ".cache" / "ingest" / "cds" / f"driver-{key}.jsa"
 
@@ -81,6 +81,7 @@ def submit_args(archive: Path) -> str:
 
 def _dump(archive: Path) -> None:
     partial = archive.with_name(f"{archive.name}.{os.getpid()}.partial")
+    partial.touch()  # a dump under way, for the next session's `_start_dump`; the JVM writes it at its exit
     env = {**os.environ, VARIABLE: (f'--conf "spark.driver.defaultJavaOptions=-XX:ArchiveClassesAtExit={partial} '
                                     '-Xlog:disable" pyspark-shell')}
     done = subprocess.run([sys.executable, "-c", _DUMP_WORK], env=env, capture_output=True, timeout=600)
@@ -88,6 +89,34 @@ def _dump(archive: Path) -> None:
         partial.replace(archive)  # whole or not at all: a JVM never maps a half-written file
     else:
         partial.unlink(missing_ok=True)
+
+
+def _start_dump(archive: Path) -> None:
+    """The dump in a process of its own, which also renames the archive when it is whole: a
+    test session shorter than the dump (about a minute) would otherwise leave a 190 MB
+    partial file behind in the cache at each start. One dump of an archive at a time."""
+    if not any(archive.parent.glob(f"{archive.name}.*.partial")):
+        subprocess.Popen([sys.executable, "-m", "tests.child_jvms", str(archive)], cwd=Path(__file__).parents[1],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         start_new_session=True)
+
+
+def _remove_dead_dumps(folder: Path) -> None:
+    """The partial files of dumps that died (killed, or the machine stopped)."""
+    for partial in folder.glob("*.jsa.*.partial"):
+        pid = partial.name.rsplit(".", 2)[1]
+        if pid.isdigit() and not _alive(int(pid)):
+            partial.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process of that number
+        return True
+    return True
 
 
 def configure() -> None:
@@ -100,10 +129,13 @@ def configure() -> None:
     except (ImportError, OSError):
         return  # no pyspark or no java: the tests that need them say so themselves
     os.environ[VARIABLE] = submit_args(archive)
-    if archive.exists() or "PYTEST_XDIST_WORKER" in os.environ:  # the controller builds it for all
+    if "PYTEST_XDIST_WORKER" in os.environ:  # the controller builds it for all
         return
     archive.parent.mkdir(parents=True, exist_ok=True)
-    threading.Thread(target=_dump, args=(archive,), daemon=True, name="class-archive").start()
+    _remove_dead_dumps(archive.parent)
+    if not archive.exists():
+        _start_dump(archive)
+
 
 
 @contextmanager
@@ -115,3 +147,7 @@ def own_jvm_options():
     finally:
         if given is not None:
             os.environ[VARIABLE] = given
+
+
+if __name__ == "__main__":
+    _dump(Path(sys.argv[1]))
