@@ -43,10 +43,12 @@ import hashlib
 import os
 import subprocess
 import sys
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
 VARIABLE = "PYSPARK_SUBMIT_ARGS"
+DUMP_TIMEOUT_S = 600
 INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 _DUMP_WORK = """
 import sys, tempfile
@@ -84,7 +86,7 @@ def _dump(archive: Path) -> None:
     partial.touch()  # a dump under way, for the next session's `_start_dump`; the JVM writes it at its exit
     env = {**os.environ, VARIABLE: (f'--conf "spark.driver.defaultJavaOptions=-XX:ArchiveClassesAtExit={partial} '
                                     '-Xlog:disable" pyspark-shell')}
-    done = subprocess.run([sys.executable, "-c", _DUMP_WORK], env=env, capture_output=True, timeout=600)
+    done = subprocess.run([sys.executable, "-c", _DUMP_WORK], env=env, capture_output=True, timeout=DUMP_TIMEOUT_S)
     if done.returncode == 0 and partial.exists():
         partial.replace(archive)  # whole or not at all: a JVM never maps a half-written file
     else:
@@ -102,10 +104,11 @@ def _start_dump(archive: Path) -> None:
 
 
 def _remove_dead_dumps(folder: Path) -> None:
-    """The partial files of dumps that died (killed, or the machine stopped)."""
+    """The partial files of dumps that died (killed, or the machine stopped): their process
+    is gone, or they are older than a dump's timeout (its number may have been reused)."""
     for partial in folder.glob("*.jsa.*.partial"):
         pid = partial.name.rsplit(".", 2)[1]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and (not _alive(int(pid)) or time.time() - partial.stat().st_mtime > 2 * DUMP_TIMEOUT_S):
             partial.unlink(missing_ok=True)
 
 
