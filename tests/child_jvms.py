@@ -47,6 +47,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from ingest.stream.lease import process_alive
+
 VARIABLE = "PYSPARK_SUBMIT_ARGS"
 DUMP_TIMEOUT_S = 600
 INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
@@ -108,18 +110,9 @@ def _remove_dead_dumps(folder: Path) -> None:
     is gone, or they are older than a dump's timeout (its number may have been reused)."""
     for partial in folder.glob("*.jsa.*.partial"):
         pid = partial.name.rsplit(".", 2)[1]
-        if pid.isdigit() and (not _alive(int(pid)) or time.time() - partial.stat().st_mtime > 2 * DUMP_TIMEOUT_S):
+        stale = time.time() - partial.stat().st_mtime > 2 * DUMP_TIMEOUT_S
+        if pid.isdigit() and (stale or not process_alive(int(pid))):
             partial.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process of that number
-        return True
-    return True
 
 
 def configure() -> None:
@@ -138,7 +131,6 @@ def configure() -> None:
     _remove_dead_dumps(archive.parent)
     if not archive.exists():
         _start_dump(archive)
-
 
 
 @contextmanager

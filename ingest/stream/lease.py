@@ -48,8 +48,13 @@ class Holder:
 def _alive_here(holder: Holder) -> bool:
     if holder.host != socket.gethostname():
         return True  # cannot tell from here: trust the heartbeat
+    return process_alive(holder.pid)
+
+
+def process_alive(pid: int) -> bool:
+    """Whether a process of this number runs on this machine (another user's counts)."""
     try:
-        os.kill(holder.pid, 0)
+        os.kill(pid, 0)
         return True
     except ProcessLookupError:
         return False
