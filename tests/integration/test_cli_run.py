@@ -21,15 +21,19 @@ def send_orders(kafka, topic, count: int) -> None:
     assert producer.flush(60) == 0
 
 
-def test_batch_lines_and_progress_when_far_behind(kafka, topic, tmp_path):
+# The report and the exit codes are the command's (ingest.cli.main), the same in this process
+# on the shared session as in a process of its own: only the stops below need a process.
+
+
+def test_batch_lines_and_progress_when_far_behind(kafka, topic, tmp_path, capsys, monkeypatch):
     send_orders(kafka, topic, 12_000)
     pipeline_file = write_pipeline(tmp_path, topic, source={
         "kafka": {"bootstrap_servers": "${KAFKA_BOOTSTRAP}", "topics": [topic],
                   "max_offsets_per_trigger": 5000},
         "format": "json", "schema": "order_id STRING NOT NULL, amount DOUBLE, ts TIMESTAMP"})
-    run = IngestProcess(pipeline_file, kafka.bootstrap, tmp_path / "run.log")
-    assert run.wait(timeout=600) == 0, run.output()[-3000:]
-    output = run.output()
+    monkeypatch.setenv("KAFKA_BOOTSTRAP", kafka.bootstrap)
+    code, output = ingest_run(pipeline_file, capsys)
+    assert code == 0, output[-3000:]
     batch_lines = [line for line in output.splitlines() if line.startswith("crashy batch ")]
     assert len(batch_lines) == 3  # 12,001 offsets, at most 5,000 a batch
     assert sum(int(line.split("read ")[1].split(",")[0]) for line in batch_lines) == 12_001
@@ -38,14 +42,15 @@ def test_batch_lines_and_progress_when_far_behind(kafka, topic, tmp_path):
     assert "crashy: done after 3 batch(es)" in output
 
 
-def test_a_failing_query_exits_1_naming_pipeline_batch_and_offsets(kafka, topic, tmp_path):
+def test_a_failing_query_exits_1_naming_pipeline_batch_and_offsets(kafka, topic, tmp_path, capsys, monkeypatch):
     send_orders(kafka, topic, 10)
     pipeline_file = write_pipeline(tmp_path, topic)
     (tmp_path / "tables").mkdir()
     (tmp_path / "tables" / "crashy").write_text("not a table")  # the target cannot be created
-    run = IngestProcess(pipeline_file, kafka.bootstrap, tmp_path / "run.log")
-    assert run.wait(timeout=300) == 1
-    error = [line for line in run.output().splitlines() if line.startswith("error: ")]
+    monkeypatch.setenv("KAFKA_BOOTSTRAP", kafka.bootstrap)
+    code, output = ingest_run(pipeline_file, capsys)
+    assert code == 1, output[-3000:]
+    error = [line for line in output.splitlines() if line.startswith("error: ")]
     assert error and error[0].startswith("error: pipeline crashy failed in batch 0 (offsets ")
     assert f"{topic}/0:6" in error[0] and f"{topic}/1:5" in error[0]
 
