@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -141,13 +142,31 @@ def crash_at(spark, pipeline, point: str) -> None:
     raise AssertionError(f"{point}: the run finished without reaching the fault point")
 
 
-def ingest_run(pipeline_file, capsys) -> tuple[int, str]:
+def ingest_run(pipeline_file, capsys, timeout: float = 900) -> tuple[int, str]:
     """`ingest run FILE --once` as cli.main runs it, on this process's session (the test sets
-    the file's variables, KAFKA_BOOTSTRAP, in the environment): its exit code and what it printed."""
+    the file's variables, KAFKA_BOOTSTRAP, in the environment): its exit code and what it printed.
+    A run still going after `timeout` has its queries stopped: the test fails, not the suite hangs."""
+    from pyspark.sql import SparkSession
+
     from ingest.cli import main
 
-    code = main(["run", str(pipeline_file), "--once"])
+    spark = SparkSession.getActiveSession()
+    assert spark is not None, "ingest_run runs on the shared session: the test needs the spark fixture"
+    timed_out: list[bool] = []
+
+    def stop_the_run() -> None:
+        timed_out.append(True)
+        for query in spark.streams.active:
+            query.stop()
+
+    watchdog = threading.Timer(timeout, stop_the_run)
+    watchdog.start()
+    try:
+        code = main(["run", str(pipeline_file), "--once"])
+    finally:
+        watchdog.cancel()
     said = capsys.readouterr()
+    assert not timed_out, f"ingest run still running after {timeout:.0f}s:\n{(said.out + said.err)[-3000:]}"
     return code, said.out + said.err
 
 

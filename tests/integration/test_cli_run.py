@@ -25,7 +25,7 @@ def send_orders(kafka, topic, count: int) -> None:
 # on the shared session as in a process of its own: only the stops below need a process.
 
 
-def test_batch_lines_and_progress_when_far_behind(kafka, topic, tmp_path, capsys, monkeypatch):
+def test_batch_lines_and_progress_when_far_behind(spark, kafka, topic, tmp_path, capsys, monkeypatch):
     send_orders(kafka, topic, 12_000)
     pipeline_file = write_pipeline(tmp_path, topic, source={
         "kafka": {"bootstrap_servers": "${KAFKA_BOOTSTRAP}", "topics": [topic],
@@ -42,7 +42,8 @@ def test_batch_lines_and_progress_when_far_behind(kafka, topic, tmp_path, capsys
     assert "crashy: done after 3 batch(es)" in output
 
 
-def test_a_failing_query_exits_1_naming_pipeline_batch_and_offsets(kafka, topic, tmp_path, capsys, monkeypatch):
+def test_a_failing_query_exits_1_naming_pipeline_batch_and_offsets(spark, kafka, topic, tmp_path, capsys,
+                                                                 monkeypatch):
     send_orders(kafka, topic, 10)
     pipeline_file = write_pipeline(tmp_path, topic)
     (tmp_path / "tables").mkdir()
