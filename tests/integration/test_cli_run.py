@@ -22,7 +22,9 @@ def send_orders(kafka, topic, count: int) -> None:
 
 
 # The report and the exit codes are the command's (ingest.cli.main), the same in this process
-# on the shared session as in a process of its own: only the stops below need a process.
+# on the shared session as in a process of its own. A process of its own only where that is what
+# is tested: the stops by signal, and a fresh process whose broker check stops it before any query
+# starts while its JVM starts beside the check (the unreachable broker).
 
 
 def test_batch_lines_and_progress_when_far_behind(spark, kafka, topic, tmp_path, capsys, monkeypatch):
