@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -142,16 +143,10 @@ def crash_at(spark, pipeline, point: str) -> None:
     raise AssertionError(f"{point}: the run finished without reaching the fault point")
 
 
-def ingest_run(pipeline_file, capsys, timeout: float = 900) -> tuple[int, str]:
-    """`ingest run FILE --once` as cli.main runs it, on this process's session (the test sets
-    the file's variables, KAFKA_BOOTSTRAP, in the environment): its exit code and what it printed.
-    A run still going after `timeout` has its queries stopped: the test fails, not the suite hangs."""
-    from pyspark.sql import SparkSession
-
-    from ingest.cli import main
-
-    spark = SparkSession.getActiveSession()
-    assert spark is not None, "ingest_run runs on the shared session: the test needs the spark fixture"
+@contextmanager
+def queries_stopped_after(spark, timeout: float):
+    """A watchdog for a run in this process: should it still go after `timeout`, its queries are
+    stopped, so the test fails rather than the suite hangs. Yields a list that gets True then."""
     timed_out: list[bool] = []
 
     def stop_the_run() -> None:
@@ -162,9 +157,22 @@ def ingest_run(pipeline_file, capsys, timeout: float = 900) -> tuple[int, str]:
     watchdog = threading.Timer(timeout, stop_the_run)
     watchdog.start()
     try:
-        code = main(["run", str(pipeline_file), "--once"])
+        yield timed_out
     finally:
         watchdog.cancel()
+
+
+def ingest_run(pipeline_file, capsys, timeout: float = 900) -> tuple[int, str]:
+    """`ingest run FILE --once` as cli.main runs it, on this process's session (the test sets
+    the file's variables, KAFKA_BOOTSTRAP, in the environment): its exit code and what it printed."""
+    from pyspark.sql import SparkSession
+
+    from ingest.cli import main
+
+    spark = SparkSession.getActiveSession()
+    assert spark is not None, "ingest_run runs on the shared session: the test needs the spark fixture"
+    with queries_stopped_after(spark, timeout) as timed_out:
+        code = main(["run", str(pipeline_file), "--once"])
     said = capsys.readouterr()
     assert not timed_out, f"ingest run still running after {timeout:.0f}s:\n{(said.out + said.err)[-3000:]}"
     return code, said.out + said.err

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 
 from confluent_kafka import Producer
 
+from tests.integration.conftest import queries_stopped_after
 from tests.integration.processes import IngestProcess, wait_for, write_pipeline
 
 CONTINUOUS = {"processing_time": "1 second"}
@@ -66,13 +66,8 @@ def test_fail_fast_stops_every_pipeline(spark, kafka, topic, tmp_path, capsys, m
     monkeypatch.setenv("KAFKA_BOOTSTRAP", kafka.bootstrap)
     # continuous queries: only the failure can end this run; should it not, the queries are
     # stopped after ten minutes, so the test fails rather than hangs
-    timed_out: list[bool] = []
-    watchdog = threading.Timer(600, lambda: (timed_out.append(True), [q.stop() for q in spark.streams.active]))
-    watchdog.start()
-    try:
+    with queries_stopped_after(spark, 600) as timed_out:
         code = main(["run", *map(str, two_pipelines(tmp_path, topic)), "--fail-fast"])
-    finally:
-        watchdog.cancel()
     said = capsys.readouterr()
     output = said.out + said.err
     assert not timed_out, f"--fail-fast did not stop the run:\n{output[-3000:]}"
