@@ -5,11 +5,12 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from ingest.cli import main
 from ingest.kafka.produce import Options, produce_file
+from tests.integration.processes import wait_for
 
 
 def orders(count, start=0):
@@ -54,10 +55,22 @@ def _caught_up(consumer, topic, ends):
 
 
 def end_offsets(kafka, topic):
+    """The sum of the topic's end offsets. A topic made a moment ago may not have its partitions'
+    leaders yet, and nothing sent to it waited for them (a producer would): the broker's
+    NOT_LEADER_FOR_PARTITION is asked again."""
     consumer = Consumer({**kafka.client_config(), "group.id": f"t-{uuid.uuid4().hex}"})
+
+    def ends():
+        try:
+            parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+            return (sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts),)
+        except KafkaException as error:
+            if error.args[0].code() != KafkaError.NOT_LEADER_FOR_PARTITION:
+                raise
+            return None
+
     try:
-        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts)
+        return wait_for(ends, 30, f"the leaders of {topic}'s partitions")[0]
     finally:
         consumer.close()
 
