@@ -2,10 +2,10 @@
 
 A master and one worker (1 core, 1g) from pyspark's own jars, on loopback; the
 Kafka source and the MERGE run on the worker's executor, the micro-batch
-function on the driver, as on any OSS cluster. The second test SIGKILLs the
-executor's JVM mid-run: the worker starts a new one, tasks are retried, and
-the table must still hold every uid exactly once. An Avro pipeline decodes in the
-executor's Python (an Arrow UDF), with the registry stand-in.
+function on the driver, as on any OSS cluster. One application runs a JSON and an
+Avro pipeline (the Avro one decodes in the executor's Python, an Arrow UDF, with the
+registry stand-in) and its executor's JVM is SIGKILLed mid-run: the worker starts a
+new one, tasks are retried, and the tables must still hold every uid exactly once.
 """
 
 from __future__ import annotations
@@ -226,12 +226,14 @@ def _tail(log: Path, chars: int = 6000) -> str:
     return log.read_text(errors="replace")[-chars:]
 
 
-def test_spark_submit_lands_json_and_avro_once_each(cluster, spark_jars, kafka, sender, topic, registry,
-                                                   tmp_path):
+def test_spark_submit_lands_json_and_avro_once_each_through_a_killed_executor(
+        cluster, spark_jars, kafka, sender, topic, registry, tmp_path):
     """One application running two pipelines (`ingest run a.yaml b.yaml`, one driver and one
     executor start for both): JSON orders with producer retries and a malformed record, and
     Avro orders, decoded in an Arrow UDF, so in the executor's Python: docs/cluster.md's list
-    of what an executor needs (the wheel, fastavro, pyarrow) is this test's PYSPARK_PYTHON."""
+    of what an executor needs (the wheel, fastavro, pyarrow) is this test's PYSPARK_PYTHON.
+    After the JSON pipeline's first commit the executor's JVM is SIGKILLed: the worker starts
+    a new one, the tasks are retried, and each table still holds every uid once."""
     from ingest.kafka.local_broker import create_topic
     from tests.integration.conftest import REGISTRY_PASSWORD, REGISTRY_USER, Sender
     from tests.integration.test_avro import ORDER_V1, order, serialized
@@ -247,7 +249,8 @@ def test_spark_submit_lands_json_and_avro_once_each(cluster, spark_jars, kafka, 
         i = int(uid[2:])
         avro_sender.send(serialized(registry, avro_topic, ORDER_V1, order(i)), uid=uid, partition=i % 2)
     avro_sender.flush()
-    json_file = write_pipeline(tmp_path, topic, batch=1000)
+    # 133 records, 40 offsets a batch: four batches, so the run goes on after the first commit
+    json_file = write_pipeline(tmp_path, topic, batch=40)
     document = yaml.safe_load(json_file.read_text())
     document["source"] = {**document["source"], "format": "avro", "registry": {
         "url": registry.url, "auth": {"basic": "${SR_USER}:${SR_PASSWORD}"}}}
@@ -260,32 +263,11 @@ def test_spark_submit_lands_json_and_avro_once_each(cluster, spark_jars, kafka, 
     avro_file.write_text(yaml.safe_dump(document, sort_keys=False))
     data_root = tmp_path / "data"
     log = tmp_path / "submit.log"
+    launched_before = cluster.executors_started()
+    earlier = set(cluster.executor_pids())  # the last application's, maybe still exiting
     args = [*run_args(json_file, spark_jars)[:-1], str(avro_file), "--once"]
     process = cluster.submit(args, log, KAFKA_BOOTSTRAP=kafka.bootstrap, DATA_ROOT=str(data_root),
                              SR_USER=REGISTRY_USER, SR_PASSWORD=REGISTRY_PASSWORD)
-    finish(process, log, timeout=420)
-
-    landed = column(data_root / "tables" / "orders", "_uid")
-    assert len(landed) == len(set(landed)), "a uid landed twice"
-    assert set(landed) == uids
-    assert column(data_root / "dead_letter" / "orders", "stage") == ["decode"]
-
-    target, dead = data_root / "tables" / "orders_avro", data_root / "dead_letter" / "orders_avro"
-    assert sorted(column(target, "_uid")) == sorted(avro_uids), "every Avro record once"
-    assert sorted(column(target, "order_id")) == sorted(f"o{i}" for i in range(1, 21))  # decoded
-    assert not (dead / "_delta_log").exists() or column(dead, "stage") == [], "a record failed to decode"
-
-
-def test_executor_killed_mid_run_loses_and_duplicates_nothing(cluster, spark_jars, kafka, sender,
-                                                               topic, tmp_path):
-    uids = send_orders(sender, 150)
-    data_root = tmp_path / "data"
-    log = tmp_path / "submit.log"
-    launched_before = cluster.executors_started()
-    earlier = set(cluster.executor_pids())  # the last application's, maybe still exiting
-    # 165 records, 40 offsets a batch: five batches, so the run goes on after the first commit
-    process = cluster.submit(run_args(write_pipeline(tmp_path, topic, batch=40), spark_jars), log,
-                             KAFKA_BOOTSTRAP=kafka.bootstrap, DATA_ROOT=str(data_root))
     table = data_root / "tables" / "orders"
     [executor] = wait_for(lambda: set(cluster.executor_pids()) - earlier, 180,
                           "the application's executor", lambda: _tail(log))
@@ -299,6 +281,12 @@ def test_executor_killed_mid_run_loses_and_duplicates_nothing(cluster, spark_jar
     landed = column(table, "_uid")
     assert len(landed) == len(set(landed)), "a uid landed twice"
     assert set(landed) == uids
+    assert column(data_root / "dead_letter" / "orders", "stage") == ["decode"]
+
+    target, dead = data_root / "tables" / "orders_avro", data_root / "dead_letter" / "orders_avro"
+    assert sorted(column(target, "_uid")) == sorted(avro_uids), "every Avro record once"
+    assert sorted(column(target, "order_id")) == sorted(f"o{i}" for i in range(1, 21))  # decoded
+    assert not (dead / "_delta_log").exists() or column(dead, "stage") == [], "a record failed to decode"
 
 
 def test_a_jar_folder_under_spark_submit_is_refused_with_advice(cluster, spark_jars, kafka, topic,
