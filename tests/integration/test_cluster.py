@@ -275,9 +275,11 @@ def test_spark_submit_lands_json_and_avro_once_each_through_a_killed_executor(
              "a first committed batch", lambda: _tail(log))
     assert process.poll() is None, f"the run ended before the executor could be killed:\n{_tail(log)}"
     os.kill(executor, signal.SIGKILL)
+    committed_at_kill = ingest_commits(table)
     finish(process, log, timeout=600)
 
     assert cluster.executors_started() - launched_before >= 2, "no new executor after the kill"
+    assert ingest_commits(table) > committed_at_kill, "no batch committed after the kill"
     landed = column(table, "_uid")
     assert len(landed) == len(set(landed)), "a uid landed twice"
     assert set(landed) == uids

@@ -402,6 +402,10 @@ API_CELLS = {("insert_only", "one_table", "json"), ("cdc", "one_table", "json")}
 KNOWN: dict[tuple[str, str, str], str] = {}
 
 
+def test_the_api_cells_are_cells_of_the_matrix():
+    assert API_CELLS <= set(CELLS), "a cell named for the API check is not in the matrix"
+
+
 def cell_params():
     for kind, layout, form in CELLS:
         reason = KNOWN.get((kind, layout, form))
