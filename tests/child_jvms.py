@@ -47,7 +47,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from ingest.stream.lease import process_alive
+from ingest.platform.processes import process_alive
 
 VARIABLE = "PYSPARK_SUBMIT_ARGS"
 DUMP_TIMEOUT_S = 600

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ingest.errors import IngestError
 from ingest.platform.files import local_path
+from ingest.platform.processes import process_alive
 
 LEASE_FILE = "_ingest_lease.json"
 HEARTBEAT_S = 5.0
@@ -49,17 +50,6 @@ def _alive_here(holder: Holder) -> bool:
     if holder.host != socket.gethostname():
         return True  # cannot tell from here: trust the heartbeat
     return process_alive(holder.pid)
-
-
-def process_alive(pid: int) -> bool:
-    """Whether a process of this number runs on this machine (another user's counts)."""
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
 
 
 class Lease:
