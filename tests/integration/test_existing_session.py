@@ -133,10 +133,14 @@ def test_a_session_made_outside_is_used_as_it_is(kafka, sender, topic, tmp_path)
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
+    """Nothing of ingest's, Databricks' or Kafka's from this process; the suite's options for a
+    child's JVM (tests/child_jvms.py) stay: they are in the session's settings before ingest runs."""
     import os
 
+    from tests import child_jvms
+
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("INGEST_", "PYSPARK_", "DATABRICKS_", "KAFKA_"))}
+           if not k.startswith(("INGEST_", "PYSPARK_", "DATABRICKS_", "KAFKA_")) or k == child_jvms.VARIABLE}
     return {**env, "SPARK_LOCAL_IP": "127.0.0.1", "PYTHONPATH": str(ROOT), **extra}
 
 
