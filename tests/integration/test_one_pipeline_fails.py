@@ -7,12 +7,16 @@ create the table."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import threading
 
 from confluent_kafka import Producer
+from deltalake import DeltaTable as RustTable
 
 from tests.integration.conftest import queries_stopped_after
-from tests.integration.processes import IngestProcess, wait_for, write_pipeline
+from tests.integration.processes import wait_for, write_pipeline
 
 CONTINUOUS = {"processing_time": "1 second"}
 
@@ -33,33 +37,56 @@ def two_pipelines(tmp_path, topic) -> list:
     return [good, bad]
 
 
-def read_by(output: str, pipeline: str) -> int:
-    return sum(int(n) for n in re.findall(rf"^{pipeline} batch \d+: read (\d+),", output, re.MULTILINE))
+def test_a_failed_pipeline_stops_alone_and_the_other_goes_on(spark, kafka, topic, tmp_path, capsys, monkeypatch):
+    # `ingest run` in this process, on the shared session: what is tested is the supervisor's
+    # choice, not a process boundary. A SIGTERM to this process, as `kill` sends a child's, ends
+    # the continuous run through the command's own handler (test_cli_run.py signals children).
+    from ingest.cli import main
+    from ingest.cli import run as run_command
 
-
-def test_a_failed_pipeline_stops_alone_and_the_other_goes_on(spark, kafka, topic, tmp_path):
     send_orders(kafka, topic, 0, 6)
-    run = IngestProcess(two_pipelines(tmp_path, topic), kafka.bootstrap, tmp_path / "run.log", once=False)
-    try:
-        wait_for(lambda: "bad is stopped; the other pipelines go on" in run.output(), 600,
-                 "the bad pipeline's failure", lambda: run.output()[-3000:])
-        send_orders(kafka, topic, 6, 4)  # after the failure: the good pipeline still reads them
-        wait_for(lambda: read_by(run.output(), "good") == 10, 300, "the good pipeline's 10 records",
-                 lambda: run.output()[-3000:])
-        run.terminate()
-        assert run.wait(timeout=120) == 1  # a pipeline failed
-    finally:
-        run.kill()
-    output = run.output()
+    monkeypatch.setenv("KAFKA_BOOTSTRAP", kafka.bootstrap)
+    notes: list[str] = []
+    note = run_command._ProgressPrinter.note
+    monkeypatch.setattr(run_command._ProgressPrinter, "note", lambda printer, text: (notes.append(text),
+                                                                                      note(printer, text))[1])
+    good = tmp_path / "tables" / "good"
+    pytest_handler = signal.getsignal(signal.SIGTERM)
+    problems: list[BaseException] = []
+
+    def good_rows() -> int:
+        return RustTable(str(good)).to_pyarrow_table(columns=["_uid"]).num_rows if (good / "_delta_log").exists() else 0
+
+    def drive() -> None:
+        try:
+            wait_for(lambda: any("bad is stopped; the other pipelines go on" in n for n in notes), 600,
+                     "the bad pipeline's failure", lambda: "\n".join(notes))
+            send_orders(kafka, topic, 6, 4)  # after the failure: the good pipeline still reads them
+            wait_for(lambda: good_rows() == 10, 300, "the good pipeline's 10 records")
+        except BaseException as error:  # reported in the test's thread, below
+            problems.append(error)
+        finally:
+            wait_for(lambda: signal.getsignal(signal.SIGTERM) is not pytest_handler, 60, "the command's handler")
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    driver = threading.Thread(target=drive, daemon=True)
+    driver.start()
+    with queries_stopped_after(spark, 900) as timed_out:  # should the SIGTERM not stop it
+        code = main(["run", *map(str, two_pipelines(tmp_path, topic))])
+    driver.join(timeout=60)
+    said = capsys.readouterr()
+    output = said.out + said.err
+    assert not problems, f"{problems[0]}\n{output[-3000:]}"
+    assert not timed_out, output[-3000:]
+    assert code == 1, output[-3000:]  # a pipeline failed
     assert "error: pipeline bad failed in batch 0 (offsets " in output, output[-3000:]
     assert "good: stopped after" in output
-    rows = spark.read.format("delta").load(str(tmp_path / "tables" / "good"))
+    rows = spark.read.format("delta").load(str(good))
     assert rows.count() == rows.select("_uid").distinct().count() == 10
 
 
 def test_fail_fast_stops_every_pipeline(spark, kafka, topic, tmp_path, capsys, monkeypatch):
-    # `ingest run --fail-fast` in this process, on the shared session: what is tested is the
-    # supervisor's stop, not a process boundary (the test above stops a child with a signal)
+    # `ingest run --fail-fast` in this process, on the shared session, as the test above
     from ingest.cli import main
 
     send_orders(kafka, topic, 0, 6)
