@@ -42,25 +42,23 @@ def test_a_failed_pipeline_stops_alone_and_the_other_goes_on(spark, kafka, topic
     # choice, not a process boundary. A SIGTERM to this process, as `kill` sends a child's, ends
     # the continuous run through the command's own handler (test_cli_run.py signals children).
     from ingest.cli import main
-    from ingest.cli import run as run_command
 
     send_orders(kafka, topic, 0, 6)
     monkeypatch.setenv("KAFKA_BOOTSTRAP", kafka.bootstrap)
-    notes: list[str] = []
-    note = run_command._ProgressPrinter.note
-    monkeypatch.setattr(run_command._ProgressPrinter, "note", lambda printer, text: (notes.append(text),
-                                                                                      note(printer, text))[1])
     good = tmp_path / "tables" / "good"
     pytest_handler = signal.getsignal(signal.SIGTERM)
     problems: list[BaseException] = []
 
-    def good_rows() -> int:
-        return RustTable(str(good)).to_pyarrow_table(columns=["_uid"]).num_rows if (good / "_delta_log").exists() else 0
+    def good_rows() -> int:  # the log's folder is made a moment before its first commit
+        committed = any((good / "_delta_log").glob("*.json"))
+        return RustTable(str(good)).to_pyarrow_table(columns=["_uid"]).num_rows if committed else 0
 
     def drive() -> None:
         try:
-            wait_for(lambda: any("bad is stopped; the other pipelines go on" in n for n in notes), 600,
-                     "the bad pipeline's failure", lambda: "\n".join(notes))
+            # both queries start before either's first batch: the good one's first commit, with
+            # its query the only one left, is the bad one's failure
+            wait_for(lambda: good_rows() == 6 and [q.name for q in spark.streams.active] == ["good"], 600,
+                     "the bad pipeline's failure")
             send_orders(kafka, topic, 6, 4)  # after the failure: the good pipeline still reads them
             wait_for(lambda: good_rows() == 10, 300, "the good pipeline's 10 records")
         except BaseException as error:  # reported in the test's thread, below
@@ -80,6 +78,7 @@ def test_a_failed_pipeline_stops_alone_and_the_other_goes_on(spark, kafka, topic
     assert not timed_out, output[-3000:]
     assert code == 1, output[-3000:]  # a pipeline failed
     assert "error: pipeline bad failed in batch 0 (offsets " in output, output[-3000:]
+    assert "bad is stopped; the other pipelines go on" in output, output[-3000:]
     assert "good: stopped after" in output
     rows = spark.read.format("delta").load(str(good))
     assert rows.count() == rows.select("_uid").distinct().count() == 10
