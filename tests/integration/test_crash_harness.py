@@ -242,6 +242,7 @@ def test_a_tombstone_pipeline_is_exact_through_crashes_and_lost_ranges(spark, ka
                                    target={"mode": "upsert", "order_by": "v", "deletes": "soft"})
     document = yaml.safe_load(pipeline_file.read_text())
     pipeline_file.write_text(yaml.safe_dump({**document, "uid": {"key": True}}, sort_keys=False))
+    pipeline = load_file(pipeline_file, environ={"KAFKA_BOOTSTRAP": kafka.bootstrap}).pipeline
     workload = KeyedWorkload(kafka, topic, rng)
     runs = 0
 
@@ -257,7 +258,7 @@ def test_a_tombstone_pipeline_is_exact_through_crashes_and_lost_ranges(spark, ka
         nonlocal runs
         runs += 1
         if fault and not fault.startswith("during_merge"):
-            crash_at(spark, load_file(pipeline_file, environ={"KAFKA_BOOTSTRAP": kafka.bootstrap}).pipeline, fault)
+            crash_at(spark, pipeline, fault)
             return
         if fault:
             process = IngestProcess(pipeline_file, kafka.bootstrap, tmp_path / f"run-{runs}.log", fault=fault)
@@ -296,5 +297,5 @@ def test_a_tombstone_pipeline_is_exact_through_crashes_and_lost_ranges(spark, ka
         assert reason.startswith(f"offsets {start}-{start + count - 1} ({count} records)"), reason
     decode = [(r._partition, r._offset) for r in dead.where("stage = 'decode'").collect()]
     assert len(decode) == len(set(decode)) == bad
-    report = verify(spark, load_file(pipeline_file, environ={"KAFKA_BOOTSTRAP": kafka.bootstrap}).pipeline)
+    report = verify(spark, pipeline)
     assert report.ok, report

@@ -60,7 +60,7 @@ def end_offsets(kafka, topic):
     NOT_LEADER_FOR_PARTITION is asked again."""
     consumer = Consumer({**kafka.client_config(), "group.id": f"t-{uuid.uuid4().hex}"})
 
-    def ends():
+    def ends():  # a tuple, for wait_for: an empty topic's 0 is an answer too
         try:
             parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
             return (sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts),)
