@@ -120,10 +120,11 @@ def run_recovering(spark, pipeline, timeout: float = 240):
     return plan, run_once(spark, pipeline, timeout=timeout, starting_offsets=plan.starting_offsets)
 
 
-def crash_at(spark, pipeline, point: str) -> None:
-    """A run (started as `ingest run` starts it) whose first batch fails at `point`, as a
-    SIGKILL there would stop it: the point raises in this process (ingest/batch/commit/faults.py
-    says why the durable state is the kill's). Needs INGEST_FAULT_CONFIRM=crash."""
+def crash_at(spark, pipeline, point: str, batch: int | None = None) -> None:
+    """A run (started as `ingest run` starts it) that fails at `point` in batch `batch` (or its
+    first batch), as a SIGKILL there would stop it: the point raises in this process
+    (ingest/batch/commit/faults.py says why the durable state is the kill's). Needs
+    INGEST_FAULT_CONFIRM=crash."""
     from ingest.batch.commit import faults
     from ingest.stream import recovery
     from ingest.stream.query import start_query
@@ -131,7 +132,7 @@ def crash_at(spark, pipeline, point: str) -> None:
     plan = recovery.plan_start(spark, pipeline, recovery.fetch_watermarks(pipeline))
     query, processor = start_query(spark, pipeline, once=True, starting_offsets=plan.starting_offsets)
     try:
-        with faults.raising(point):
+        with faults.raising(point, batch):
             try:
                 query.awaitTermination(600)
             except Exception as error:  # Spark's StreamingQueryException around the Python raise
