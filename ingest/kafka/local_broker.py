@@ -26,6 +26,11 @@ from ingest.platform import jars
 from ingest.platform.files import tail
 
 _PR_SET_PDEATHSIG = 1
+# Its JVMs compile with C1 only: a broker for a laptop or a test session carries a few
+# thousand records, and C2 compiling its hot paths cost more CPU than they ever ran (a
+# test session's broker: 10 CPU-seconds to 7.5 over the same three matrix cells; idle, 2.1 to 1.9
+# a minute), CPU that the Spark beside it on the same cores waits for.
+C1_ONLY = "-XX:TieredStopAtLevel=1"
 
 
 class BrokerError(IngestError):
@@ -190,7 +195,7 @@ class LocalKafka:
     def _format_storage(self, classpath: str, config: Path) -> None:
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         # `=`: an id may start with "-" (1 in 64), which argparse would take for an option
-        command = ["java", "-cp", classpath, "kafka.tools.StorageTool", "format",
+        command = ["java", C1_ONLY, "-cp", classpath, "kafka.tools.StorageTool", "format",
                    f"--cluster-id={cluster_id}", "-c", str(config)]
         done = subprocess.run(command, capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
@@ -198,7 +203,7 @@ class LocalKafka:
 
     def _launch(self, classpath: str, config: Path) -> None:
         log = open(self.log_file, "ab")
-        command = ["java", "-Xmx512m", "-XX:+UseSerialGC",
+        command = ["java", "-Xmx512m", "-XX:+UseSerialGC", C1_ONLY,
                    "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
                    "-cp", classpath, "kafka.Kafka", str(config)]
         self._process = subprocess.Popen(
