@@ -11,7 +11,10 @@ the Java client speaks (a login callback such as AWS MSK IAM) needs `ingest
 run --no-preflight`.
 
 Refused credentials (or a TLS failure) fail at once: librdkafka would retry them
-until the timeout, and Spark's own client would retry for minutes.
+until the timeout, and Spark's own client would retry for minutes. A bootstrap list
+whose every broker refuses the connection (nothing listens there: a wrong port, a
+broker not started) fails after a short grace for a broker that is just starting,
+not after the whole timeout.
 """
 
 from __future__ import annotations
@@ -45,6 +48,10 @@ _UNKNOWN_PROPERTY = re.compile(r'No such configuration property: "([^"]+)"')
 # Errors that no retry will cure: wrong credentials, TLS set-up, a fatal client state.
 _REFUSED = (KafkaError._AUTHENTICATION, KafkaError._SSL)
 _STEP_S = 1.0  # how often a metadata request looks at the errors reported meanwhile
+# How long every bootstrap broker may refuse the connection before we say so: a broker
+# starting beside us (a compose file, the demo) listens within it; librdkafka reconnects
+# after 0.1 s, then backs off.
+_ALL_DOWN_GRACE_S = 3.0
 
 _QUIET = logging.getLogger("ingest.kafka.admin.librdkafka")
 _QUIET.addHandler(logging.NullHandler())
@@ -103,7 +110,8 @@ def _consumer(kafka: KafkaSource, errors: list, **extra) -> Consumer:
 
 def _metadata(consumer: Consumer, kafka: KafkaSource, errors: list, timeout: float):
     """The cluster metadata; raises BrokerUnreachable as soon as the broker refuses us."""
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+    deadline = started + timeout
     while True:
         step = max(0.1, min(_STEP_S, deadline - time.monotonic()))
         try:
@@ -114,7 +122,9 @@ def _metadata(consumer: Consumer, kafka: KafkaSource, errors: list, timeout: flo
             if refused:
                 raise BrokerUnreachable(f"Kafka at {kafka.bootstrap_servers} refused the connection: "
                                         f"{refused[0].str()}") from None
-            if time.monotonic() >= deadline:
+            now = time.monotonic()
+            all_down = any(e.code() == KafkaError._ALL_BROKERS_DOWN for e in errors)
+            if now >= deadline or (all_down and now >= started + min(_ALL_DOWN_GRACE_S, timeout)):
                 raise BrokerUnreachable(_unreachable(kafka, errors, error)) from None
 
 
