@@ -47,6 +47,7 @@ _JAVA_ONLY = ("sasl.jaas.config", "sasl.login.callback.handler.class",
 _UNKNOWN_PROPERTY = re.compile(r'No such configuration property: "([^"]+)"')
 # Errors that no retry will cure: wrong credentials, TLS set-up, a fatal client state.
 _REFUSED = (KafkaError._AUTHENTICATION, KafkaError._SSL)
+DEFAULT_TIMEOUT_S = 15.0  # for the broker's answer to each question here
 _STEP_S = 1.0  # how often a metadata request looks at the errors reported meanwhile
 # How long every bootstrap broker may refuse the connection before we say so: a broker
 # starting beside us (a compose file, the demo) listens within it; librdkafka reconnects
@@ -128,7 +129,7 @@ def _metadata(consumer: Consumer, kafka: KafkaSource, errors: list, timeout: flo
                 raise BrokerUnreachable(_unreachable(kafka, errors, error)) from None
 
 
-def check_reachable(kafka: KafkaSource, timeout: float = 15) -> dict[str, list[int]]:
+def check_reachable(kafka: KafkaSource, timeout: float = DEFAULT_TIMEOUT_S) -> dict[str, list[int]]:
     """The pre-flight check before a query starts: the broker answers with these
     credentials. Returns the subscribed topics' partitions (a topic that does not
     exist is absent); raises BrokerUnreachable within `timeout`, at once for
@@ -136,7 +137,7 @@ def check_reachable(kafka: KafkaSource, timeout: float = 15) -> dict[str, list[i
     return partitions(kafka, timeout)
 
 
-def partitions(kafka: KafkaSource, timeout: float = 15) -> dict[str, list[int]]:
+def partitions(kafka: KafkaSource, timeout: float = DEFAULT_TIMEOUT_S) -> dict[str, list[int]]:
     """The subscribed topics' partitions; raises BrokerUnreachable with a clear reason."""
     errors: list = []
     consumer = _consumer(kafka, errors)
@@ -153,7 +154,7 @@ def partitions(kafka: KafkaSource, timeout: float = 15) -> dict[str, list[int]]:
         consumer.close()
 
 
-def watermarks(kafka: KafkaSource, timeout: float = 15) -> dict[str, dict[int, tuple[int, int]]]:
+def watermarks(kafka: KafkaSource, timeout: float = DEFAULT_TIMEOUT_S) -> dict[str, dict[int, tuple[int, int]]]:
     """(earliest, end) offset per partition of every subscribed topic. With
     read_committed, end is the last stable offset, as Spark's "latest" is."""
     errors: list = []
@@ -175,7 +176,7 @@ def watermarks(kafka: KafkaSource, timeout: float = 15) -> dict[str, dict[int, t
 
 
 def first_record_between(kafka: KafkaSource, topic: str, partition: int, start: int, end: int,
-                         timeout: float = 15) -> int | None:
+                         timeout: float = DEFAULT_TIMEOUT_S) -> int | None:
     """The offset of the first record in [start, end) a read_committed reader gets, or
     None when the range holds only transaction markers and aborted records."""
     errors: list = []
@@ -235,7 +236,7 @@ def record_timestamps(kafka: KafkaSource, positions: Offsets,
 
 
 def offsets_for_time(kafka: KafkaSource, partitions_of: dict[str, list[int]], at_ms: int,
-                     timeout: float = 15) -> Offsets:
+                     timeout: float = DEFAULT_TIMEOUT_S) -> Offsets:
     """Per partition, the first offset whose record timestamp is at or after `at_ms`;
     a partition with none gets -1 (nothing that late yet)."""
     errors: list = []
@@ -252,7 +253,7 @@ def offsets_for_time(kafka: KafkaSource, partitions_of: dict[str, list[int]], at
         consumer.close()
 
 
-def topic_ids(kafka: KafkaSource, topics, timeout: float = 15) -> dict[str, str]:
+def topic_ids(kafka: KafkaSource, topics, timeout: float = DEFAULT_TIMEOUT_S) -> dict[str, str]:
     """Each existing topic's id: a topic deleted and created again under the same
     name has a new one (and its offsets start again at 0)."""
     from confluent_kafka import TopicCollection
@@ -272,7 +273,7 @@ def topic_ids(kafka: KafkaSource, topics, timeout: float = 15) -> dict[str, str]
     return found
 
 
-def compacted_topics(kafka: KafkaSource, topics, timeout: float = 15) -> set[str]:
+def compacted_topics(kafka: KafkaSource, topics, timeout: float = DEFAULT_TIMEOUT_S) -> set[str]:
     """The topics whose `cleanup.policy` includes `compact`: the log cleaner may have
     removed any record of them that a later one with the same key superseded."""
     from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType

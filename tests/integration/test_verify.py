@@ -1,12 +1,14 @@
 """`ingest verify` against a real broker, Spark and Delta: clean runs pass, tampered tables fail."""
 
 import json
+import time
 from dataclasses import replace
 
 from delta.tables import DeltaTable
 
 from ingest.audit.verify import Duplicate, Missing, verify
 from ingest.cli import main
+from ingest.kafka import admin
 from ingest.spec.document import to_document, to_yaml
 from ingest.spec.model import KafkaSource, Transform
 from tests.integration.conftest import run_once
@@ -113,5 +115,8 @@ def test_an_unreachable_broker_is_a_clear_error(spark, pipeline, tmp_path, capsy
     kafka = KafkaSource(bootstrap_servers="127.0.0.1:1", topics=pipeline.source.kafka.topics)
     file = tmp_path / "orders.yaml"
     file.write_text(to_yaml(to_document(replace(pipeline, source=replace(pipeline.source, kafka=kafka)))))
+    started = time.monotonic()
     assert main(["verify", str(file)]) == 1
     assert "127.0.0.1:1 did not answer" in capsys.readouterr().err
+    # nothing listens there: said after admin's grace for a starting broker, not its 15 s timeout
+    assert time.monotonic() - started < admin.DEFAULT_TIMEOUT_S / 2
