@@ -52,7 +52,7 @@ _STEP_S = 1.0  # how often a metadata request looks at the errors reported meanw
 # How long every bootstrap broker may refuse the connection before we say so: a broker
 # starting beside us (a compose file, the demo) listens within it; librdkafka reconnects
 # after 0.1 s, then backs off.
-_ALL_DOWN_GRACE_S = 3.0
+ALL_DOWN_GRACE_S = 3.0
 
 _QUIET = logging.getLogger("ingest.kafka.admin.librdkafka")
 _QUIET.addHandler(logging.NullHandler())
@@ -125,7 +125,7 @@ def _metadata(consumer: Consumer, kafka: KafkaSource, errors: list, timeout: flo
                                         f"{refused[0].str()}") from None
             now = time.monotonic()
             all_down = any(e.code() == KafkaError._ALL_BROKERS_DOWN for e in errors)
-            if now >= deadline or (all_down and now >= started + min(_ALL_DOWN_GRACE_S, timeout)):
+            if now >= deadline or (all_down and now >= started + min(ALL_DOWN_GRACE_S, timeout)):
                 raise BrokerUnreachable(_unreachable(kafka, errors, error)) from None
 
 

@@ -31,9 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 from ingest.errors import IngestError
+from ingest.kafka.admin import ALL_DOWN_GRACE_S
 
 UID_HEADER = "message-id"
 BAD_LINE_CHOICES = ("abort", "skip")
@@ -266,7 +267,10 @@ class Sender:
     """
 
     def __init__(self, config: dict, transactional_id: str | None = None, timeout_s: float = 60):
-        settings = {**PRODUCER_DEFAULTS, "logger": _QUIET, **config}
+        # librdkafka's error codes, kept to tell "nothing listens there" from a slow answer
+        self._error_codes: set[int] = set()
+        settings = {**PRODUCER_DEFAULTS, "logger": _QUIET, "error_cb": lambda e: self._error_codes.add(e.code()),
+                    **config}
         if transactional_id:
             settings["transactional.id"] = transactional_id
         self.deliveries = Deliveries()
@@ -277,12 +281,22 @@ class Sender:
             self._call("init_transactions", self._producer.init_transactions, timeout_s)
 
     def check_topic(self, topic: str) -> int:
-        """The topic's partition count; ProduceError if the broker or the topic is not there."""
-        try:
-            metadata = self._producer.list_topics(topic, timeout=METADATA_TIMEOUT_S)
-        except KafkaException as error:
-            raise ProduceError(f"no answer from the brokers within {METADATA_TIMEOUT_S:.0f}s: "
-                               f"{error.args[0].str()}") from None
+        """The topic's partition count; ProduceError if the broker or the topic is not there.
+        When every broker refuses the connection, that is said after admin's grace, not the
+        whole timeout."""
+        started = time.monotonic()
+        while True:
+            waited = time.monotonic() - started
+            try:
+                metadata = self._producer.list_topics(topic, timeout=max(0.1, min(1.0, METADATA_TIMEOUT_S - waited)))
+                break
+            except KafkaException as error:
+                self._producer.poll(0)  # serves error_cb
+                waited = time.monotonic() - started
+                all_down = KafkaError._ALL_BROKERS_DOWN in self._error_codes
+                if waited >= METADATA_TIMEOUT_S or (all_down and waited >= ALL_DOWN_GRACE_S):
+                    raise ProduceError(f"no answer from the brokers within {waited:.0f}s: "
+                                       f"{error.args[0].str()}") from None
         found = metadata.topics.get(topic)
         if found is None or found.error is not None:
             reason = found.error.str() if found is not None and found.error else "not found"

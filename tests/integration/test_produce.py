@@ -1,6 +1,7 @@
 """`ingest produce` against the real broker: what lands, with which headers, and what fails loudly."""
 
 import json
+import re
 import time
 import uuid
 
@@ -9,7 +10,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from ingest.cli import main
-from ingest.kafka.produce import Options, produce_file
+from ingest.kafka.produce import METADATA_TIMEOUT_S, Options, produce_file
 from tests.integration.processes import wait_for
 
 
@@ -202,5 +203,6 @@ def test_cli_unreachable_broker_fails_within_seconds(tmp_path, capsys):
     code = main(["produce", str(path), "--topic", "orders", "--bootstrap", f"127.0.0.1:{free_port()}"])
 
     assert code == 1
-    assert "no answer from the brokers within 10s" in capsys.readouterr().err
-    assert time.monotonic() - started < 30
+    assert re.search(r"no answer from the brokers within \d+s", capsys.readouterr().err)
+    # nothing listens there: said after admin's grace for a starting broker, not the metadata timeout
+    assert time.monotonic() - started < METADATA_TIMEOUT_S
