@@ -54,6 +54,12 @@ _STEP_S = 1.0  # how often a metadata request looks at the errors reported meanw
 # after 0.1 s, then backs off.
 ALL_DOWN_GRACE_S = 3.0
 
+
+def nothing_listens(error_codes, waited_s: float) -> bool:
+    """Every bootstrap broker has refused the connection (librdkafka's `_ALL_BROKERS_DOWN`
+    among `error_codes`) and the grace for a starting broker is over."""
+    return KafkaError._ALL_BROKERS_DOWN in error_codes and waited_s >= ALL_DOWN_GRACE_S
+
 _QUIET = logging.getLogger("ingest.kafka.admin.librdkafka")
 _QUIET.addHandler(logging.NullHandler())
 _QUIET.propagate = False
@@ -124,8 +130,7 @@ def _metadata(consumer: Consumer, kafka: KafkaSource, errors: list, timeout: flo
                 raise BrokerUnreachable(f"Kafka at {kafka.bootstrap_servers} refused the connection: "
                                         f"{refused[0].str()}") from None
             now = time.monotonic()
-            all_down = any(e.code() == KafkaError._ALL_BROKERS_DOWN for e in errors)
-            if now >= deadline or (all_down and now >= started + min(ALL_DOWN_GRACE_S, timeout)):
+            if now >= deadline or nothing_listens({e.code() for e in errors}, now - started):
                 raise BrokerUnreachable(_unreachable(kafka, errors, error)) from None
 
 

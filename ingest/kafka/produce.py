@@ -31,10 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaException, Producer
 
 from ingest.errors import IngestError
-from ingest.kafka.admin import ALL_DOWN_GRACE_S
+from ingest.kafka.admin import nothing_listens
 
 UID_HEADER = "message-id"
 BAD_LINE_CHOICES = ("abort", "skip")
@@ -293,8 +293,7 @@ class Sender:
             except KafkaException as error:
                 self._producer.poll(0)  # serves error_cb
                 waited = time.monotonic() - started
-                all_down = KafkaError._ALL_BROKERS_DOWN in self._error_codes
-                if waited >= METADATA_TIMEOUT_S or (all_down and waited >= ALL_DOWN_GRACE_S):
+                if waited >= METADATA_TIMEOUT_S or nothing_listens(self._error_codes, waited):
                     raise ProduceError(f"no answer from the brokers within {waited:.0f}s: "
                                        f"{error.args[0].str()}") from None
         found = metadata.topics.get(topic)

@@ -53,7 +53,7 @@ def contents(spark, path):
 
 
 def test_a_crash_between_the_two_commits_and_a_kill_in_a_merge_change_nothing(spark, kafka, topic, tmp_path, capsys,
-                                                                            monkeypatch):
+                                                                              monkeypatch):
     produce_changes(kafka, topic)
     log = tmp_path / "runs.log"
     crashed = cdc_pipeline(tmp_path, topic, "crashed")
