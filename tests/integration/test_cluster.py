@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ingest.kafka.local_broker import _die_with_parent, free_port
+from ingest.kafka.local_broker import C1_ONLY, _die_with_parent, free_port
 from tests.integration.processes import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,7 +89,7 @@ class StandaloneCluster:
 
     def _daemon(self, name: str, main_class: str, *args: str) -> subprocess.Popen:
         # No REST submission server: its fixed port 6066 would clash with another cluster
-        command = ["java", "-Xmx256m", "-XX:+UseSerialGC", "-Dspark.master.rest.enabled=false",
+        command = ["java", "-Xmx256m", "-XX:+UseSerialGC", C1_ONLY, "-Dspark.master.rest.enabled=false",
                    "-cp", f"{pyspark_home() / 'jars'}/*", main_class, *args]
         process = start_group(command, self.work / f"{name}.log", spark_env())
         self.processes.append(process)
@@ -102,6 +102,9 @@ class StandaloneCluster:
     def submit(self, args: list[str], log: Path, **env: str) -> subprocess.Popen:
         command = [str(pyspark_home() / "bin" / "spark-submit"), "--master", self.url,
                    "--driver-memory", "1g", "--executor-memory", "1g",
+                   # C1 only, as the suite's other child JVMs (tests/child_jvms.py says why)
+                   "--conf", f"spark.driver.defaultJavaOptions={C1_ONLY}",
+                   "--conf", f"spark.executor.defaultJavaOptions={C1_ONLY}",
                    "--total-executor-cores", "1",
                    "--conf", "spark.sql.shuffle.partitions=2",
                    # Delta rebuilds a table's state in 50 tasks by default: long on one core
