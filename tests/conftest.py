@@ -11,6 +11,7 @@ import pytest
 from tests import child_jvms, timing
 from tests.timing import pytest_runtest_logreport, pytest_runtest_protocol, pytest_sessionfinish  # noqa: F401
 
+DELTA_LOGS_CACHED = 16  # a test's tables, with room
 TEST_SPARK_CONF = {
     "spark.sql.shuffle.partitions": "2",
     "spark.default.parallelism": "2",
@@ -19,6 +20,20 @@ TEST_SPARK_CONF = {
     # Delta checks each commit's files against the log: keep the local test tables small and quick
     "spark.databricks.delta.snapshotPartitions": "2",
     **child_jvms.INTERPRETED,  # a few rows per batch: compiling Java for each plan cost more than it ran
+    # The session outlives hundreds of tests, each with tables of its own: Delta keeps up to 10,000
+    # tables' logs and cached states, Spark the last 1,000 SQL executions' plans and 100,000 tasks.
+    # With those defaults the live heap grew to 0.5-1.3 GB of the 2 GB in a run of the suite, and
+    # G1 started a marking cycle every few seconds: a fifth to a third of each session JVM's CPU.
+    # Delta reads its cache size from a JVM property (DeltaLog.deltaLogCache), hence both keys.
+    "spark.driver.defaultJavaOptions": f"-Ddelta.log.cacheSize={DELTA_LOGS_CACHED}",
+    "spark.databricks.delta.delta.log.cacheSize": str(DELTA_LOGS_CACHED),
+    "spark.sql.ui.retainedExecutions": "50",
+    "spark.ui.retainedJobs": "100",
+    "spark.ui.retainedStages": "100",
+    "spark.ui.retainedTasks": "2000",
+    # What stays live is still 0.4-1 GB late in a run (plans and states the tests' objects hold): with a
+    # 2 GB heap, G1 kept marking; two sessions of 4 GB and the children fit the 24 GB of CI's machine.
+    "spark.driver.memory": "4g",
 }
 
 
