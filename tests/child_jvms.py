@@ -47,6 +47,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from ingest.kafka.local_broker import C1_ONLY
 from ingest.platform.processes import process_alive
 
 VARIABLE = "PYSPARK_SUBMIT_ARGS"
@@ -78,7 +79,7 @@ def archive_path() -> Path:
 
 
 def submit_args(archive: Path) -> str:
-    options = f"-XX:SharedArchiveFile={archive} -XX:TieredStopAtLevel=1 -Xlog:disable"
+    options = f"-XX:SharedArchiveFile={archive} {C1_ONLY} -Xlog:disable"
     confs = " ".join(f"--conf {key}={value}" for key, value in {"spark.ui.enabled": "false", **INTERPRETED}.items())
     return f'--conf "spark.driver.defaultJavaOptions={options}" {confs} pyspark-shell'
 
