@@ -55,14 +55,21 @@ def target_rows(records: DataFrame) -> DataFrame:
 
 
 def clear_unborn_log(path: str) -> None:
-    """Delta 4.4 makes `_delta_log/_staged_commits/` before a table's first commit; a run
-    killed between the two leaves a log of empty folders, which `createIfNotExists` takes
-    for a table and then fails to find (DELTA_TABLE_NOT_FOUND, on every later run). Only
-    empty folders are removed: a log holding any file is left to Delta."""
+    """Delta 4.4 makes `_delta_log/_staged_commits/` before a table's first commit, and writes
+    that commit to a hidden temporary file it then renames; a run killed before the rename
+    leaves a log of empty folders and, at most, such a file: `createIfNotExists` takes it
+    for a table and then fails to find it (DELTA_TABLE_NOT_FOUND, on every later run). Such
+    a log, one with no file but hidden ones (no commit, checkpoint or checksum), is removed;
+    a log holding any other file is left to Delta."""
     local = local_path(path)
     log = None if local is None else local / "_delta_log"
-    if log is None or not log.is_dir() or any(p.is_file() for p in log.rglob("*")):
+    if log is None or not log.is_dir():
         return
+    files = [p for p in log.rglob("*") if p.is_file()]
+    if any(not p.name.startswith(".") for p in files):
+        return
+    for file in files:
+        file.unlink()
     for folder in sorted(log.rglob("*"), key=lambda p: len(p.parts), reverse=True):
         folder.rmdir()
     log.rmdir()

@@ -3,6 +3,8 @@
 import json
 import uuid
 
+import pytest
+
 from ingest.batch.commit import ledger
 from ingest.batch.commit.warm_state import CHECKPOINT_EVERY, CHECKPOINT_JOB_GROUP, JOB_GROUP, TABLE_CHECKPOINT_INTERVAL
 from ingest.batch.processor import BatchProcessor, payload_schema
@@ -146,10 +148,14 @@ def test_the_next_table_state_is_computed_beside_the_next_batch(spark, kafka, tm
     assert ledger.txn_version(spark, str(tmp_path / "target"), False, app, "orders") == 1
 
 
-def test_a_log_of_empty_folders_left_by_a_kill_before_the_first_commit_is_no_table(spark, kafka, tmp_path):
-    # What Delta 4.4 leaves when a run dies between making the log's folder and its first commit:
-    # createIfNotExists took it for a table and failed on every run after.
+@pytest.mark.parametrize("unfinished_commit", [False, True], ids=["empty_folders", "a_temporary_first_commit"])
+def test_a_log_left_by_a_kill_before_the_first_commit_is_no_table(spark, kafka, tmp_path, unfinished_commit):
+    # What Delta 4.4 leaves when a run dies between making the log's folder and its first commit
+    # (with the commit's temporary file when the kill came during its write; the crash harness's
+    # random kill found it): createIfNotExists took it for a table and failed on every run after.
     (tmp_path / "target" / "_delta_log" / "_staged_commits").mkdir(parents=True)
+    if unfinished_commit:
+        (tmp_path / "target" / "_delta_log" / f".{0:020d}.json.{uuid.uuid4()}.tmp").touch()
     processor, reports, _ = make_processor(spark, kafka, tmp_path)
 
     processor(kafka_rows(spark, [(0, 0, order(1), "u-1")]), 0)
