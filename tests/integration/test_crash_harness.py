@@ -134,7 +134,10 @@ def test_exactly_once_through_crashes(spark, kafka, topic, tmp_path, capsys, mon
     kills = []
     try:
         for kill in plan_kills(rng):
-            kills.append(crash_once(pipeline_file, kafka, log, kill))
+            try:
+                kills.append(crash_once(pipeline_file, kafka, log, kill))
+            except AssertionError as error:  # the seed printed above does not reach pytest-xdist's output
+                raise AssertionError(f"seed {seed}, after {len(kills)} kills ({', '.join(kills)}): {error}") from error
     finally:
         workload.stop()
 
