@@ -12,6 +12,7 @@ import re
 from typing import Protocol
 
 from ingest.platform.connect import is_connect
+from ingest.platform.files import local_path
 
 _NAME_PART = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|`[^`]+`")
 _URI_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
@@ -84,6 +85,28 @@ def table_exists(session, where: Located) -> bool:
     from delta.tables import DeltaTable
 
     return DeltaTable.isDeltaTable(session, where.path)
+
+
+def clear_unborn_log(path: str) -> None:
+    """Called before `table_builder` creates a table at `path`. Delta 4.4 makes
+    `_delta_log/_staged_commits/` before a table's first commit, and writes that commit to
+    a hidden temporary file it then renames; a run killed before the rename leaves a log
+    of empty folders and, at most, such a file: `createIfNotExists` takes it for a table
+    and then fails to find it (DELTA_TABLE_NOT_FOUND, on every later run). Such a log, one
+    with no file but hidden ones (no commit, checkpoint or checksum), is removed; a log
+    holding any other file is left to Delta."""
+    local = local_path(path)
+    log = None if local is None else local / "_delta_log"
+    if log is None or not log.is_dir():
+        return
+    files = [p for p in log.rglob("*") if p.is_file()]
+    if any(not p.name.startswith(".") for p in files):
+        return
+    for file in files:
+        file.unlink()
+    for folder in sorted(log.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+        folder.rmdir()
+    log.rmdir()
 
 
 def table_builder(session):

@@ -12,8 +12,7 @@ from pyspark.sql import functions as F
 
 from ingest.batch.commit.warm_state import TABLE_CHECKPOINT_INTERVAL
 from ingest.batch.staged import RAW, REASON, STAGE
-from ingest.platform.delta import builder_location, builder_name, delta_table, table_builder
-from ingest.platform.files import local_path
+from ingest.platform.delta import builder_location, builder_name, clear_unborn_log, delta_table, table_builder
 from ingest.spec.columns import UID
 from ingest.spec.model import Target
 
@@ -52,27 +51,6 @@ def target_rows(records: DataFrame) -> DataFrame:
         F.col(f"{RAW}.timestamp").alias("_kafka_timestamp"),
         F.current_timestamp().alias("_ingested_at"),
     )
-
-
-def clear_unborn_log(path: str) -> None:
-    """Delta 4.4 makes `_delta_log/_staged_commits/` before a table's first commit, and writes
-    that commit to a hidden temporary file it then renames; a run killed before the rename
-    leaves a log of empty folders and, at most, such a file: `createIfNotExists` takes it
-    for a table and then fails to find it (DELTA_TABLE_NOT_FOUND, on every later run). Such
-    a log, one with no file but hidden ones (no commit, checkpoint or checksum), is removed;
-    a log holding any other file is left to Delta."""
-    local = local_path(path)
-    log = None if local is None else local / "_delta_log"
-    if log is None or not log.is_dir():
-        return
-    files = [p for p in log.rglob("*") if p.is_file()]
-    if any(not p.name.startswith(".") for p in files):
-        return
-    for file in files:
-        file.unlink()
-    for folder in sorted(log.rglob("*"), key=lambda p: len(p.parts), reverse=True):
-        folder.rmdir()
-    log.rmdir()
 
 
 def target_schema(session, target: Target):

@@ -148,20 +148,23 @@ def test_the_next_table_state_is_computed_beside_the_next_batch(spark, kafka, tm
     assert ledger.txn_version(spark, str(tmp_path / "target"), False, app, "orders") == 1
 
 
+@pytest.mark.parametrize("table", ["target", "dead"])
 @pytest.mark.parametrize("unfinished_commit", [False, True], ids=["empty_folders", "a_temporary_first_commit"])
-def test_a_log_left_by_a_kill_before_the_first_commit_is_no_table(spark, kafka, tmp_path, unfinished_commit):
+def test_a_log_left_by_a_kill_before_the_first_commit_is_no_table(spark, kafka, tmp_path, unfinished_commit, table):
     # What Delta 4.4 leaves when a run dies between making the log's folder and its first commit
     # (with the commit's temporary file when the kill came during its write; the crash harness's
     # random kill found it): createIfNotExists took it for a table and failed on every run after.
-    (tmp_path / "target" / "_delta_log" / "_staged_commits").mkdir(parents=True)
+    log = tmp_path / table / "_delta_log"
+    (log / "_staged_commits").mkdir(parents=True)
     if unfinished_commit:
-        (tmp_path / "target" / "_delta_log" / f".{0:020d}.json.{uuid.uuid4()}.tmp").touch()
+        (log / f".{0:020d}.json.{uuid.uuid4()}.tmp").touch()
     processor, reports, _ = make_processor(spark, kafka, tmp_path)
 
-    processor(kafka_rows(spark, [(0, 0, order(1), "u-1")]), 0)
+    processor(kafka_rows(spark, [(0, 0, order(1), "u-1"), (0, 1, b"{broken", "u-2")]), 0)
 
-    assert reports[0].merged.inserted == 1
+    assert (reports[0].merged.inserted, reports[0].summary.dead_letters) == (1, 1)
     assert spark.read.format("delta").load(str(tmp_path / "target")).count() == 1
+    assert spark.read.format("delta").load(str(tmp_path / "dead")).count() == 1
 
 
 def test_the_checkpoint_is_written_beside_the_batches_not_in_them(spark, kafka, tmp_path):
