@@ -35,7 +35,8 @@ TEST_SPARK_CONF = {
     "spark.ui.retainedStages": "100",
     "spark.ui.retainedTasks": "2000",
     # What stays live is still 0.4-1 GB late in a run (plans and states the tests' objects hold): with a
-    # 2 GB heap, G1 kept marking (it was G1 then); two sessions of 4 GB and the children fit the 24 GB of CI's machine.
+    # 2 GB heap, G1 (the collector then) kept marking; two sessions of 4 GB and the children fit
+    # the 24 GB of CI's machine.
     "spark.driver.memory": "4g",
 }
 

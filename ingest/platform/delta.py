@@ -88,7 +88,7 @@ def table_exists(session, where: Located) -> bool:
 
 
 def clear_unborn_log(path: str) -> None:
-    """Called before `table_builder` creates a table at `path`. Delta 4.4 makes
+    """Called before a table is created at `path`. Delta 4.4 makes
     `_delta_log/_staged_commits/` before a table's first commit, and writes that commit to
     a hidden temporary file it then renames; a run killed before the rename leaves a log
     of empty folders and, at most, such a file: `createIfNotExists` takes it for a table
@@ -118,6 +118,15 @@ def table_builder(session):
     from delta.tables import DeltaTable
 
     return DeltaTable.createIfNotExists(session)
+
+
+def table_builder_at(session, where: Located):
+    """`table_builder`, named or located as `where` is, its path first cleared of an unborn log."""
+    if where.path:
+        clear_unborn_log(where.path)
+    builder = table_builder(session)
+    return builder.tableName(builder_name(where.table)) if where.table else builder.location(
+        builder_location(where.path))
 
 
 def read(session, where: Located):

@@ -15,7 +15,7 @@ from pyspark.sql.types import StructField, StructType
 from ingest.batch.commit import ledger
 from ingest.batch.commit.ledger import Txn
 from ingest.batch.staged import RAW, REASON, STAGE
-from ingest.platform.delta import builder_location, builder_name, clear_unborn_log, delta_table, table_builder
+from ingest.platform.delta import delta_table, table_builder_at
 from ingest.spec.model import DeadLetter
 
 FAILURE_STAGES = ("decode", "transform", "uid")
@@ -98,11 +98,7 @@ def _upgrade_if_older(session, table: DeadLetter, located) -> None:
 
 
 def _create_if_missing(session, table: DeadLetter, rows: DataFrame) -> None:
-    if table.path:
-        clear_unborn_log(table.path)
-    builder = table_builder(session)
-    builder = builder.tableName(builder_name(table.table)) if table.table else builder.location(
-        builder_location(table.path))
+    builder = table_builder_at(session, table)
     # Every column nullable: the first rows' literals (pipeline, batch id) would otherwise make
     # their columns NOT NULL, and a lost range's row, which has no batch id, could never land.
     builder.addColumns(StructType([StructField(f.name, f.dataType, True, f.metadata)

@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 
 from ingest.batch.commit.warm_state import TABLE_CHECKPOINT_INTERVAL
 from ingest.batch.staged import RAW, REASON, STAGE
-from ingest.platform.delta import builder_location, builder_name, clear_unborn_log, delta_table, table_builder
+from ingest.platform.delta import delta_table, table_builder_at
 from ingest.spec.columns import UID
 from ingest.spec.model import Target
 
@@ -59,11 +59,7 @@ def target_schema(session, target: Target):
 
 def create_table(session, target: Target, rows: DataFrame) -> None:
     """Create the target with the batch's columns, if no one has yet."""
-    if target.path:
-        clear_unborn_log(target.path)
-    builder = table_builder(session)
-    builder = builder.tableName(builder_name(target.table)) if target.table else builder.location(
-        builder_location(target.path))
+    builder = table_builder_at(session, target)
     builder = builder.addColumns(rows.schema)
     if session.conf.get(DEFAULT_CHECKPOINT_INTERVAL, None) is None:  # checkpoints beside the batches
         builder = builder.property("delta.checkpointInterval", str(TABLE_CHECKPOINT_INTERVAL))
