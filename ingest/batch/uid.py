@@ -46,7 +46,10 @@ def uid_column(uid: Uid, schema: StructType | None = None) -> Column:
         return F.col(f"{RAW}.key").cast("string")
     if uid.header is not None:
         matching = F.filter(F.col(f"{RAW}.headers"), lambda h: h["key"] == F.lit(uid.header))
-        return F.element_at(matching, 1)["value"].cast("string")
+        # `get`, not `element_at`: under ANSI mode (Spark 4's default) element_at fails the whole
+        # batch for a record whose headers hold others but not this one; `get` gives null, a uid
+        # dead letter
+        return F.get(matching, 0)["value"].cast("string")
     if uid.field is not None:
         return F.col(f"`{uid.field}`").cast("string")
     if uid.fields:

@@ -67,17 +67,18 @@ def test_bad_records_go_to_dead_letters_and_the_query_lives(spark, sender, pipel
     sender.send({"customer": "c9"}, uid="missing-field")
     sender.send(order(3))  # no uid header
     sender.send(order(4), headers=[("message-id", None)])  # a null uid
+    sender.send(order(5), headers=[("traceparent", b"00-4bf92f3577b34da6-00f067aa0ba902b7-01")])  # others only
     sender.flush()
     reports = run_once(spark, pipeline)
 
     assert [r._uid for r in table(spark, pipeline.target.path).collect()] == ["good-1"]
     dead = table(spark, pipeline.dead_letter.path)
     stages = sorted((r.stage, r._offset) for r in dead.collect())
-    assert stages == [("decode", 1), ("decode", 2), ("decode", 3), ("uid", 4), ("uid", 5)]
+    assert stages == [("decode", 1), ("decode", 2), ("decode", 3), ("uid", 4), ("uid", 5), ("uid", 6)]
     raw = dead.where("_offset = 1").first()
     assert bytes(raw.value) == b"{not json"
     assert raw.pipeline == "orders" and raw.reason
-    assert sum(r.summary.dead_letters for r in reports) == 5
+    assert sum(r.summary.dead_letters for r in reports) == 6
 
 
 def test_bad_cast_in_transform_is_a_dead_letter(spark, sender, pipeline):
