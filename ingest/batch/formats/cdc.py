@@ -18,11 +18,14 @@ so it is counted as `filtered` (reason `tombstone`), never a dead letter.
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass, field
+
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, LongType, MapType, StringType, StructField, StructType
 
-from ingest.batch.formats.connect_types import Field, convert
+from ingest.batch.formats.connect_types import Field, Parts, convert
 from ingest.batch.formats.schemas import SchemaUnavailable
 from ingest.batch.staged import RAW, RAW_FIELDS, REASON, STAGE
 from ingest.spec.columns import DELETE, OP, SEQUENCE
@@ -33,6 +36,7 @@ TOMBSTONE_REASON = "tombstone (a key with a null value): the delete before it ag
 _CORRUPT = "__corrupt"
 _UNPARSED = "__unparsed"
 _ROW_SCHEMA = "__row_schema"
+_IMAGE, _TOMBSTONE, _SEQUENCE = "__image", "__tombstone", "__sequence"
 _LEGACY_TOMBSTONE = r'^\s*\{\s*"schema"\s*:\s*null\s*,\s*"payload"\s*:\s*null\s*\}\s*$'
 
 
@@ -46,16 +50,7 @@ def decode_envelope(raw: DataFrame, cdc: Cdc, row) -> DataFrame:
     with_raw = raw.select(F.struct(*[F.col(c) for c in RAW_FIELDS]).alias(RAW))
     if not isinstance(row, StructType):
         return _avro_envelope(with_raw, cdc, row)
-    parsed = with_raw.select(RAW, F.from_json(F.col(f"{RAW}.value").cast("string"),
-                                              _parse_schema(row),
-                                              {"columnNameOfCorruptRecord": _CORRUPT}).alias("p"))
-    envelope = parsed.select(RAW, F.col("p").isNull().alias(_UNPARSED),
-                             F.col(f"p.{_CORRUPT}").alias(_CORRUPT), _unwrapped().alias("e"),
-                             _row_schema().alias(_ROW_SCHEMA))
-    unreadable = [(F.col(_UNPARSED), F.lit("not a JSON object")),
-                  (F.col(_CORRUPT).isNotNull(),
-                   F.lit("malformed JSON or a value of the wrong type for the envelope"))]
-    return _changes(envelope, cdc, row, unreadable, typed=True)
+    return _in_steps(with_raw, _json_steps(_decoding(cdc, row)))
 
 
 def _avro_envelope(with_raw: DataFrame, cdc: Cdc, decoder) -> DataFrame:
@@ -71,7 +66,52 @@ def _avro_envelope(with_raw: DataFrame, cdc: Cdc, decoder) -> DataFrame:
         (F.col("ts_ms").cast("bigint") if "ts_ms" in decoder.columns.names
          else F.lit(None).cast("bigint")).alias("ts_ms"),
         source.alias("source")).alias("e"))
-    return _changes(envelope, cdc, row, [(F.col("__unreadable").isNotNull(), F.col("__unreadable"))])
+    return _in_steps(envelope, _avro_steps(_decoding(cdc, row)))
+
+
+# What turns a batch's envelopes into changes, as the steps below build it, is the same for every
+# batch of a run: built once (thousands of calls into the JVM for a few columns), for each JVM
+# this process talks to (Spark Connect: none).
+_BUILT_FOR = 16
+
+
+@dataclass(frozen=True)
+class _Decoding:
+    text: str  # what the steps depend on: the key
+    cdc: Cdc = field(compare=False)
+    row: StructType = field(compare=False)
+
+
+def _decoding(cdc: Cdc, row: StructType) -> _Decoding:
+    from pyspark import SparkContext
+
+    return _Decoding(f"{cdc!r} {row.json()} {id(SparkContext._gateway)}", cdc, row)
+
+
+@functools.lru_cache(maxsize=_BUILT_FOR)
+def _json_steps(decoding: _Decoding) -> list:
+    row = decoding.row
+    parse = [RAW, F.from_json(F.col(f"{RAW}.value").cast("string"), _parse_schema(row),
+                              {"columnNameOfCorruptRecord": _CORRUPT}).alias("p")]
+    envelope = [RAW, F.col("p").isNull().alias(_UNPARSED), F.col(f"p.{_CORRUPT}").alias(_CORRUPT),
+                _unwrapped().alias("e"), _row_schema().alias(_ROW_SCHEMA)]
+    unreadable = [(F.col(_UNPARSED), F.lit("not a JSON object")),
+                  (F.col(_CORRUPT).isNotNull(),
+                   F.lit("malformed JSON or a value of the wrong type for the envelope"))]
+    return [parse, envelope, *_change_steps(decoding.cdc, row, unreadable, typed=True)]
+
+
+@functools.lru_cache(maxsize=_BUILT_FOR)
+def _avro_steps(decoding: _Decoding) -> list:
+    return _change_steps(decoding.cdc, decoding.row,
+                         [(F.col("__unreadable").isNotNull(), F.col("__unreadable"))])
+
+
+def _in_steps(df: DataFrame, steps: list) -> DataFrame:
+    """A list of columns is a select, a dict adds its columns to the step before."""
+    for step in steps:
+        df = df.withColumns(step) if isinstance(step, dict) else df.select(*step)
+    return df
 
 
 def envelope_row(columns: StructType) -> StructType:
@@ -85,27 +125,37 @@ def envelope_row(columns: StructType) -> StructType:
     return row
 
 
-def _changes(envelope: DataFrame, cdc: Cdc, row: StructType, unreadable: list,
-             typed: bool = False) -> DataFrame:
+def _change_steps(cdc: Cdc, row: StructType, unreadable: list, typed: bool = False) -> list:
     """From RAW and the envelope `e`: the change's row, op and sequence, or why not. `typed`:
-    the image holds each column's JSON text, converted here by its Connect encoding."""
+    the image holds each column's JSON text, converted here by its Connect encoding.
+
+    In steps, each naming what the next reads (the image, each column's value and reason,
+    the sequence, the reason): written as one expression, each part was copied wherever a
+    later part used it, and Spark analyzed and optimized the copies again for every batch
+    (a row of three columns was a tree of 7,000 nodes)."""
     op = F.col("e.op")
     image = F.when(op == DELETE, F.col("e.before")).otherwise(F.col("e.after"))
+    value_of = {f.name: f"__value_{n}" for n, f in enumerate(row.fields)}
+    steps: list = [{_IMAGE: image, _TOMBSTONE: is_tombstone()}]
     if typed:
-        converted = [convert(_field(image, f.name), f.dataType, cdc.encodings.get(f.name))
-                     for f in row.fields]
-        values = {f.name: c.value for f, c in zip(row.fields, converted, strict=True)}
-        column_reasons = [c.reason for c in converted]
+        steps.append({_described(n): _schema_of(f.name) for n, f in enumerate(row.fields)})
+        parts = Parts("__part_")
+        converted = [convert(_field(n, f.name), f.dataType, cdc.encodings.get(f.name), parts)
+                     for n, f in enumerate(row.fields)]
+        steps.extend(parts.steps)
+        column_reasons = [f"__column_reason_{n}" for n in range(len(row.fields))]
+        steps.append({**{value_of[f.name]: c.value for f, c in zip(row.fields, converted, strict=True)},
+                      **dict(zip(column_reasons, (c.reason for c in converted), strict=True))})
     else:
-        values = {f.name: image[f.name] for f in row.fields}
+        steps.append({value_of[f.name]: F.col(_IMAGE)[f.name] for f in row.fields})
         column_reasons = []
-    columns = [values[f.name].alias(f.name) for f in row.fields]
-    sequence = sequence_column(cdc, row, values)
-    reason = _failure(cdc, row, sequence, unreadable, column_reasons)
-    stage = (F.when(is_tombstone(), F.lit("filtered"))
-             .when(reason.isNotNull(), F.lit("decode")))
-    return envelope.select(RAW, stage.alias(STAGE), reason.alias(REASON), *columns,
-                           sequence.alias(SEQUENCE), op.alias(OP))
+    steps.append({_SEQUENCE: sequence_column(cdc, row, {n: F.col(v) for n, v in value_of.items()})})
+    steps.append({REASON: _failure(cdc, row, F.col(_SEQUENCE), unreadable, [F.col(r) for r in column_reasons])})
+    stage = (F.when(F.col(_TOMBSTONE), F.lit("filtered"))
+             .when(F.col(REASON).isNotNull(), F.lit("decode")))
+    steps.append([RAW, stage.alias(STAGE), REASON, *[F.col(value_of[f.name]).alias(f.name) for f in row.fields],
+                  F.col(_SEQUENCE).alias(SEQUENCE), op.alias(OP)])
+    return steps
 
 
 def is_tombstone(value: Column | None = None) -> Column:
@@ -125,9 +175,18 @@ def _row_schema() -> Column:
     return F.coalesce(image_fields("after"), image_fields("before"))
 
 
-def _field(image: Column, name: str) -> Field:
-    described = F.get(F.filter(F.col(_ROW_SCHEMA), lambda f: f["field"] == name), 0)
-    return Field(name, image[name], described["name"], described["type"],
+def _described(n: int) -> str:
+    return f"__described_{n}"
+
+
+def _schema_of(name: str) -> Column:
+    """What the wrapper's schema says of the column: its type, logical name, parameters."""
+    return F.get(F.filter(F.col(_ROW_SCHEMA), lambda f: f["field"] == name), 0)
+
+
+def _field(n: int, name: str) -> Field:
+    described = F.col(_described(n))
+    return Field(name, F.col(_IMAGE)[name], described["name"], described["type"],
                  F.try_element_at(described["parameters"], F.lit("scale")))
 
 
@@ -260,7 +319,7 @@ def _failure(cdc: Cdc, row: StructType, sequence: Column, unreadable: list,
     reason = F.lit(None).cast("string")
     for failed, why in reversed(checks):
         reason = F.when(failed, why).otherwise(reason)
-    return F.when(~is_tombstone(), reason).otherwise(F.lit(TOMBSTONE_REASON))
+    return F.when(~F.col(_TOMBSTONE), reason).otherwise(F.lit(TOMBSTONE_REASON))
 
 
 def _null_sequence(cdc: Cdc) -> Column:
