@@ -28,6 +28,13 @@ DELTA_CONF = {
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
 }
 
+# Where ingest builds the session (locally or under spark-submit, never on Databricks or a
+# session that exists): PySpark's DataFrame debugging records the Python call site of every
+# DataFrame function in the JVM (an active-session lookup, a conf read, a set and a clear: five
+# calls through py4j beside the function's own), for error messages that would name ingest's
+# own lines. A batch made three times the calls with it (docs/performance.md)
+DRIVER_DEFAULTS = {"spark.python.sql.dataFrameDebugging.enabled": "false"}
+
 LOG_CONFIG = Path(__file__).parents[1] / "resources" / "log4j2.properties"
 
 # Local runs: one task per core is enough for a micro-batch (docs/performance.md).
@@ -132,7 +139,7 @@ def get_session(app_name: str = "ingest", conf: dict[str, str] | None = None,
         return existing
     _check_jar_mode()
     local = not (on_databricks() or under_spark_submit())
-    settings = {"spark.app.name": app_name, **DELTA_CONF, **jar_conf(),
+    settings = {"spark.app.name": app_name, **DELTA_CONF, **DRIVER_DEFAULTS, **jar_conf(),
                 **(LOCAL_DEFAULTS if local else {}), **(conf or {})}
     if local:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
