@@ -156,8 +156,10 @@ def _decimal(field: Field, declared: T.DecimalType, named: Column, parts: Parts)
     precise = parts.name(F.coalesce(named, F.lit(DECIMAL)), named)
     scale = parts.name(F.coalesce(field.scale.try_cast("int"), F.lit(declared.scale)))
     variable = parts.name(F.from_json(field.text, "scale INT, value STRING"))
-    fixed = _unscaled_text(field.text, scale, parts, scale)
-    varying = _unscaled_text(variable["value"], variable["scale"], parts, variable)
+    # each only where its encoding is the one: computed in steps, neither is left out by the CASE below
+    fixed = _unscaled_text(F.when(precise == DECIMAL, field.text), scale, parts, precise, scale)
+    varying = _unscaled_text(F.when(precise == VARIABLE_SCALE_DECIMAL, variable["value"]), variable["scale"],
+                             parts, precise, variable)
     decimal_text = parts.name(
         F.when(precise == DECIMAL, fixed)
         .when(precise == VARIABLE_SCALE_DECIMAL, varying)
