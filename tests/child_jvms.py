@@ -5,11 +5,12 @@ demo, a notebook's kernel, the CLI) pays a driver JVM start each time, and a
 start is mostly loading and compiling classes the JVM throws away minutes
 later. A class data archive (AppCDS) of the classes a short ingest run loads,
 dumped once by a JVM started with `-XX:ArchiveClassesAtExit` and mapped by every
-later one, saves about a sixth of a child run (test_cdc_crash's four runs: 190 s
-to 166 s; a session and its first MERGE: 19 s to 14 s). It is built in a
-process of its own when the session starts; a child started before it is ready, or on
-another classpath (the installed wheel's venv, where the demo runs), starts without it, silently
-(`-Xshare:auto`, the default).
+later one, saves a third of a short child's CPU (a session, a Delta write, a MERGE
+and a streaming batch, idle: 25-26 CPU-seconds without, 15-19 with). The dump
+runs as a child runs (the options below), in a process of its own when the session
+starts: 40-46 CPU-seconds, once per venv (`archive_key`). A child started before it
+is ready, or on another classpath (the installed wheel's venv, where the demo runs),
+starts without it, silently (`-Xshare:auto`, the default).
 
 The children also compile with C1 only (`-XX:TieredStopAtLevel=1`). The suite is
 CPU-bound (two workers on two cores, a child beside them), and C2 compiling a
@@ -52,34 +53,54 @@ from ingest.platform.processes import process_alive
 
 VARIABLE = "PYSPARK_SUBMIT_ARGS"
 DUMP_TIMEOUT_S = 600
+ARCHIVES = Path.home() / ".cache" / "ingest" / "cds"
+KEPT_ARCHIVES = 3  # the venvs of a few clones (this one, a fresh clone for a check, the last)
 INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 _DUMP_WORK = """
 import sys, tempfile
 from ingest.platform.session import get_session
-spark = get_session("ingest-class-archive", conf={"spark.ui.enabled": "false",
-                    "spark.sql.shuffle.partitions": "2"}, master="local[2]")
+spark = get_session("ingest-class-archive", conf={"spark.sql.shuffle.partitions": "2"}, master="local[2]")
 folder = tempfile.mkdtemp()
 spark.range(100).selectExpr("id", "cast(id as string) as name").write.format("delta").save(folder + "/t")
 spark.sql(f"MERGE INTO delta.`{folder}/t` t USING (SELECT id, 'x' AS name FROM range(50, 150)) s "
           "ON t.id = s.id WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *")
 spark.read.format("delta").load(folder + "/t").groupBy("name").count().collect()
+(spark.readStream.format("delta").load(folder + "/t").writeStream.foreachBatch(lambda batch, n: batch.count())
+ .option("checkpointLocation", folder + "/c").trigger(availableNow=True).start().awaitTermination())
 spark.stop()
 """
 
 
 def archive_path() -> Path:
-    """One archive per Java and jar set: a JVM maps only an archive of its own classpath."""
+    """One archive per Java and installed jar set (`archive_key`)."""
     import pyspark
 
-    jars = sorted(p.name for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar"))
     said = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines(keepends=True)
     java = "".join(line for line in said if not line.startswith("Picked up"))  # JAVA_TOOL_OPTIONS' note
-    key = hashlib.sha256("\n".join([java, *jars]).encode()).hexdigest()[:16]
-    return Path.home() / ".cache" / "ingest" / "cds" / f"driver-{key}.jsa"
+    return ARCHIVES / f"driver-{archive_key(java, Path(pyspark.__file__).parent / 'jars')}.jsa"
 
 
-def submit_args(archive: Path) -> str:
-    options = f"-XX:SharedArchiveFile={archive} {C1_ONLY} -Xlog:disable"
+def archive_key(java: str, jars: Path) -> str:
+    """A JVM maps a dynamic archive only if each jar of its classpath has the path, size and
+    modification time the dumping JVM saw; otherwise it starts without it, silently. A fresh
+    clone's venv installs the same jars under a new path and time: keyed by their names alone,
+    its children found the last clone's archive and never used it."""
+    entries = [f"{jar.resolve()} {jar.stat().st_size} {jar.stat().st_mtime_ns}" for jar in sorted(jars.glob("*.jar"))]
+    return hashlib.sha256("\n".join([java, *entries]).encode()).hexdigest()[:16]
+
+
+def prune_archives(folder: Path, keep: int = KEPT_ARCHIVES) -> None:
+    """The archives of venvs no longer used (each fresh clone makes one, 190 MB): all but the
+    `keep` last used (`configure` marks an archive used at each session's start)."""
+    archives = sorted(folder.glob("driver-*.jsa"), key=lambda a: a.stat().st_mtime, reverse=True)
+    for stale in archives[keep:]:
+        stale.unlink(missing_ok=True)
+
+
+def submit_args(archive: Path, share: str = "SharedArchiveFile") -> str:
+    """A child's options, mapping the archive; the dump's (`ArchiveClassesAtExit`) are the
+    same, so it loads the classes a child loads (no code generation's) at a child's cost."""
+    options = f"-XX:{share}={archive} {C1_ONLY} -Xlog:disable"
     confs = " ".join(f"--conf {key}={value}" for key, value in {"spark.ui.enabled": "false", **INTERPRETED}.items())
     return f'--conf "spark.driver.defaultJavaOptions={options}" {confs} pyspark-shell'
 
@@ -87,11 +108,11 @@ def submit_args(archive: Path) -> str:
 def _dump(archive: Path) -> None:
     partial = archive.with_name(f"{archive.name}.{os.getpid()}.partial")
     partial.touch()  # a dump under way, for the next session's `_start_dump`; the JVM writes it at its exit
-    env = {**os.environ, VARIABLE: (f'--conf "spark.driver.defaultJavaOptions=-XX:ArchiveClassesAtExit={partial} '
-                                    '-Xlog:disable" pyspark-shell')}
+    env = {**os.environ, VARIABLE: submit_args(partial, share="ArchiveClassesAtExit")}
     done = subprocess.run([sys.executable, "-c", _DUMP_WORK], env=env, capture_output=True, timeout=DUMP_TIMEOUT_S)
     if done.returncode == 0 and partial.exists():
         partial.replace(archive)  # whole or not at all: a JVM never maps a half-written file
+        prune_archives(archive.parent)
     else:
         partial.unlink(missing_ok=True)
 
@@ -130,7 +151,9 @@ def configure() -> None:
         return
     archive.parent.mkdir(parents=True, exist_ok=True)
     _remove_dead_dumps(archive.parent)
-    if not archive.exists():
+    if archive.exists():
+        os.utime(archive)  # used: kept by `prune_archives`
+    else:
         _start_dump(archive)
 
 
