@@ -46,7 +46,7 @@ from ingest.kafka.offsets import Offsets
 from ingest.platform.caching import kept, let_go
 from ingest.platform.delta import table_exists
 from ingest.platform.session import clone_with
-from ingest.spec.columns import UID
+from ingest.spec.columns import DELETE, OP, UID
 from ingest.spec.model import Pipeline
 
 log = logging.getLogger("ingest.run")
@@ -68,6 +68,7 @@ class BatchSummary:
     start_offsets: Offsets
     end_offsets: Offsets  # next offset to read, per partition
     bounds: dict[str, str]
+    deletes: int = 0  # good records that delete their key, where a delete log keeps them (else 0)
 
     @property
     def dead_letters(self) -> int:
@@ -288,7 +289,8 @@ class BatchProcessor:
         # log recovery reads.
         def attempt() -> MergeResult:
             with ledger.txn_settings(session, txn), faults.during("during_merge", batch_id):
-                return merge_mode.merge(session, rows, self.pipeline, summary.bounds if self.bounded else {})
+                return merge_mode.merge(session, rows, self.pipeline, summary.bounds if self.bounded else {},
+                                        logs_deletes=summary.deletes > 0)
 
         merged = retry_conflicts(attempt, f"{self.pipeline.name} batch {batch_id}: MERGE into "
                                           f"{self.pipeline.target.location}")
@@ -400,6 +402,9 @@ def summarize(source: DataFrame, pipeline: Pipeline) -> BatchSummary:
                   F.min(F.when(kept, F.col(UID))).alias("uid_min"),
                   F.max(F.when(kept, F.col(UID))).alias("uid_max")]
     aggregates += [F.sum(F.when(F.col(STAGE) == s, 1).otherwise(0)).alias(s) for s in STAGES]
+    if pipeline.keeps_delete_log:
+        deleting = F.col(TOMBSTONE) if pipeline.deletes_by_tombstone else F.col(OP) == DELETE
+        aggregates.append(F.sum(F.when(F.col(STAGE).isNull() & deleting, 1).otherwise(0)).alias("deletes"))
     horizon = pipeline.target.dedup_horizon
     if horizon:
         # Epoch microseconds, never local text: a wall clock in a daylight-saving
@@ -415,10 +420,10 @@ def summarize(source: DataFrame, pipeline: Pipeline) -> BatchSummary:
         ]
     per_partition = source.groupBy(F.col(f"{RAW}.topic").alias("topic"),
                                    F.col(f"{RAW}.partition").alias("partition")).agg(*aggregates).collect()
-    return _summary(per_partition, horizon is not None)
+    return _summary(per_partition, horizon is not None, pipeline.keeps_delete_log)
 
 
-def _summary(rows, with_horizon: bool) -> BatchSummary:
+def _summary(rows, with_horizon: bool, with_deletes: bool = False) -> BatchSummary:
     start: dict = {}
     end: dict = {}
     by_stage = {s: 0 for s in STAGES}
@@ -429,7 +434,8 @@ def _summary(rows, with_horizon: bool) -> BatchSummary:
             by_stage[s] += row[s]
     return BatchSummary(read=sum(r.read for r in rows), unique=sum(r.unique for r in rows),
                         by_stage=by_stage, start_offsets=start, end_offsets=end,
-                        bounds=_bounds(rows, with_horizon))
+                        bounds=_bounds(rows, with_horizon),
+                        deletes=sum(r.deletes for r in rows) if with_deletes else 0)
 
 
 def _bounds(rows, with_horizon: bool) -> dict[str, str]:

@@ -55,13 +55,15 @@ def change_rows(records: DataFrame, pipeline: Pipeline) -> DataFrame:
     return rows
 
 
-def merge_changes(session, rows: DataFrame, pipeline: Pipeline, bounds: dict[str, str]) -> MergeResult:
+def merge_changes(session, rows: DataFrame, pipeline: Pipeline, bounds: dict[str, str],
+                  logs_deletes: bool = True) -> MergeResult:
     """One MERGE commit into the target; with hard deletes, the delete log's own commit
-    first. Both under the txn id the caller has set on the session."""
+    first (`logs_deletes`: none in a batch without deletes). Both under the txn id the
+    caller has set on the session."""
     condition = merge_condition(pipeline, bounds)
     if pipeline.target.deletes == "hard":
         rows = delete_log.after_logged_deletes(session, rows, pipeline.target, bounds, SEQUENCE,
-                                               ("_partition", "_offset"))
+                                               ("_partition", "_offset"), logs_deletes)
         return _merge(delta_table(session, pipeline.target), rows, condition, hard=True)
     return _merge(delta_table(session, pipeline.target), rows, condition, hard=False)
 

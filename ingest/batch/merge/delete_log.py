@@ -5,9 +5,10 @@ cdc changes (`changes`) and tombstones by Kafka key (`tombstones`) log their
 deletes here the same way; they differ only in the column that orders a key's
 changes (`_sequence`, or the upsert's `order_by`) and in the ties after it. The
 log is `<target>_deletes` (the dead-letter scheme), merged in its own commit under
-the batch's txn id, before the target's. `ingest maintain` purges the entries
-older than its horizon (`purge`); a change older than a purged delete could then
-bring its row back, so the horizon must exceed the latest a change can arrive.
+the batch's txn id, before the target's, in a batch that has deletes. `ingest
+maintain` purges the entries older than its horizon (`purge`); a change older than
+a purged delete could then bring its row back, so the horizon must exceed the
+latest a change can arrive.
 """
 
 from __future__ import annotations
@@ -42,16 +43,22 @@ def create(session, pipeline: Pipeline, rows: DataFrame) -> None:
 
 
 def after_logged_deletes(session, rows: DataFrame, target: Target, bounds: Mapping[str, str],
-                         sequence: str, ties: Sequence[str]) -> DataFrame:
+                         sequence: str, ties: Sequence[str], has_deletes: bool = True) -> DataFrame:
     """Log the batch's deletes, then drop each change that a logged delete of its key
     supersedes. A key's changes are ordered by `sequence` (logged as `_sequence`),
-    then `ties`; struct comparison orders a null sequence first."""
+    then `ties`; struct comparison orders a null sequence first.
+
+    `has_deletes` false (the batch's summary counted none): no MERGE into the log. It
+    would write nothing, and its commit, a second or so a batch, records nothing the
+    log is read for: recovery and replays go by the target's commits, and a replayed
+    batch has no deletes either."""
     log = location(target)
-    deletes = rows.where(F.col(OP) == DELETE).withColumn(SEQUENCE, F.col(f"`{sequence}`")).select(*COLUMNS)
-    log_later = (f"struct(s.{SEQUENCE}, {', '.join('s.' + c for c in ties)}) > "
-                 f"struct(t.{SEQUENCE}, {', '.join('t.' + c for c in ties)})")
-    (delta_table(session, log).alias("t").merge(deletes.alias("s"), uid_condition(bounds))
-     .whenMatchedUpdateAll(condition=log_later).whenNotMatchedInsertAll().execute())
+    if has_deletes:
+        deletes = rows.where(F.col(OP) == DELETE).withColumn(SEQUENCE, F.col(f"`{sequence}`")).select(*COLUMNS)
+        log_later = (f"struct(s.{SEQUENCE}, {', '.join('s.' + c for c in ties)}) > "
+                     f"struct(t.{SEQUENCE}, {', '.join('t.' + c for c in ties)})")
+        (delta_table(session, log).alias("t").merge(deletes.alias("s"), uid_condition(bounds))
+         .whenMatchedUpdateAll(condition=log_later).whenNotMatchedInsertAll().execute())
     logged = delta_table(session, log).toDF()
     if "uid_min" in bounds:  # a literal bound lets Delta skip the log's files
         logged = logged.where(F.col(UID).between(bounds["uid_min"], bounds["uid_max"]))

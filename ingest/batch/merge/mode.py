@@ -50,13 +50,15 @@ def create_tables(session, pipeline: Pipeline, rows: DataFrame) -> None:
         delete_log.create(session, pipeline, rows)
 
 
-def merge(session, rows: DataFrame, pipeline: Pipeline, bounds: dict[str, str]) -> MergeResult:
+def merge(session, rows: DataFrame, pipeline: Pipeline, bounds: dict[str, str],
+          logs_deletes: bool = True) -> MergeResult:
+    """`logs_deletes`: false when the batch holds no delete, so a delete log has nothing to take."""
     if pipeline.target.history:
         return history.merge_versions(session, rows, pipeline, bounds)
     if applies_changes(pipeline):
-        return changes.merge_changes(session, rows, pipeline, bounds)
+        return changes.merge_changes(session, rows, pipeline, bounds, logs_deletes)
     if pipeline.deletes_by_tombstone:
-        return tombstones.merge_tombstones(session, rows, pipeline, bounds)
+        return tombstones.merge_tombstones(session, rows, pipeline, bounds, logs_deletes)
     return merge_batch(session, rows, pipeline, bounds)
 
 

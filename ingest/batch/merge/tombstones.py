@@ -95,15 +95,17 @@ def _kafka_clock() -> Column:
     return F.max(F.col(f"{RAW}.timestamp")).over(partition)
 
 
-def merge_tombstones(session, rows: DataFrame, pipeline: Pipeline, bounds: dict[str, str]) -> MergeResult:
+def merge_tombstones(session, rows: DataFrame, pipeline: Pipeline, bounds: dict[str, str],
+                     logs_deletes: bool = True) -> MergeResult:
     """One MERGE commit into the target; with hard deletes the delete log's own commit
-    first. Both under the txn id the caller has set on the session."""
+    first (`logs_deletes`: none in a batch without tombstones). Both under the txn id the
+    caller has set on the session."""
     table = delta_table(session, pipeline.target)
     condition = merge_condition(pipeline, bounds)
     rows = _last_per_key(_after_target_versions(rows, table.toDF(), pipeline, bounds), pipeline)
     if pipeline.target.deletes == "hard":
         rows = delete_log.after_logged_deletes(session, rows, pipeline.target, bounds,
-                                               pipeline.target.order_by, _TIES)
+                                               pipeline.target.order_by, _TIES, logs_deletes)
     builder = table.alias("t").merge(rows.alias("s"), condition).withSchemaEvolution()
     return executed(apply(builder, clauses(pipeline)))
 

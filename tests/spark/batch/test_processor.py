@@ -4,11 +4,12 @@ import json
 import uuid
 
 import pytest
+from delta.tables import DeltaTable
 
 from ingest.batch.commit import ledger
 from ingest.batch.commit.warm_state import CHECKPOINT_EVERY, CHECKPOINT_JOB_GROUP, JOB_GROUP, TABLE_CHECKPOINT_INTERVAL
 from ingest.batch.processor import BatchProcessor, payload_schema
-from ingest.spec.model import DeadLetter, KafkaSource, Pipeline, Source, Target, Uid
+from ingest.spec.model import Cdc, DeadLetter, KafkaSource, Pipeline, Source, Target, Uid
 from tests.integration.processes import wait_for
 
 KAFKA_SCHEMA = ("topic STRING, partition INT, offset LONG, timestamp TIMESTAMP, key BINARY, value BINARY, "
@@ -110,6 +111,45 @@ def test_empty_and_all_duplicate_batches_still_commit_their_txn(spark, kafka, tm
         (1, 1, 1), (1, 1, 0), (0, 0, 0)]
     assert ledger.txn_version(spark, target, False, app, "orders") == 2
     assert spark.read.format("delta").load(target).count() == 1
+
+
+def change(partition: int, offset: int, op: str, key: int, lsn: int):
+    """A Debezium change of a customers row, as test_processor's Kafka rows take it."""
+    image = {"id": key, "name": f"n{key}-{lsn}"}
+    value = json.dumps({"before": image if op == "d" else None, "after": None if op == "d" else image,
+                        "source": {"connector": "postgresql", "lsn": lsn}, "op": op, "ts_ms": lsn})
+    return ("customers", partition, offset, None, json.dumps({"id": key}).encode(), value.encode(), [])
+
+
+def test_hard_deletes_log_only_in_a_batch_that_has_deletes(spark, kafka, tmp_path):
+    """The delete log's MERGE is its own commit: a batch without deletes skips it, and its
+    late change to a deleted key still loses to the delete logged batches before."""
+    query_id = str(uuid.uuid4())
+    (tmp_path / "checkpoint").mkdir()
+    (tmp_path / "checkpoint" / "metadata").write_text(json.dumps({"id": query_id}))
+    pipeline = Pipeline(
+        name="customers",
+        source=Source(kafka=KafkaSource(bootstrap_servers=kafka.bootstrap, topics=("customers",)), format="json",
+                      schema="id BIGINT, name STRING"),
+        uid=Uid(field="id"), cdc=Cdc(key=("id",)), target=Target(path=str(tmp_path / "target"), deletes="hard"),
+        checkpoint=str(tmp_path / "checkpoint"), dead_letter=DeadLetter(path=str(tmp_path / "dead")))
+    reports = []
+    processor = BatchProcessor(pipeline, payload_schema(spark, pipeline), on_report=reports.append)
+
+    def batch(*changes):
+        return spark.createDataFrame(list(changes), KAFKA_SCHEMA)
+
+    processor(batch(change(0, 0, "c", 1, 10), change(0, 1, "c", 2, 11)), 0)
+    processor(batch(change(0, 2, "d", 1, 12), change(0, 3, "u", 2, 13)), 1)
+    processor(batch(change(0, 4, "u", 1, 5), change(0, 5, "c", 3, 14)), 2)  # 1: older than its delete
+
+    assert [r.summary.deletes for r in reports] == [0, 1, 0]
+    log = DeltaTable.forPath(spark, str(tmp_path / "target_deletes"))
+    merges = [json.loads(r.userMetadata)["batch_id"] for r in log.history().collect() if r.operation == "MERGE"]
+    assert merges == [1]
+    assert [(r._uid, r._sequence) for r in log.toDF().collect()] == [("1", 12)]
+    target = spark.read.format("delta").load(str(tmp_path / "target"))
+    assert sorted((r.id, r.name) for r in target.collect()) == [(2, "n2-13"), (3, "n3-14")]
 
 
 def jobs_since(spark, first_id: int) -> list[tuple[str, str]]:
