@@ -47,6 +47,7 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Sequence
 
 from ingest.kafka.local_broker import C1_ONLY
 from ingest.platform.processes import process_alive
@@ -137,9 +138,20 @@ def _remove_dead_dumps(folder: Path) -> None:
             partial.unlink(missing_ok=True)
 
 
-def configure() -> None:
-    """Children started from now on get the options; the archive follows in the background.
-    Off where the caller set PYSPARK_SUBMIT_ARGS or INGEST_TEST_PLAIN_JVMS=1."""
+# Where no test starts a Spark child: the dump (40-46 CPU-s) would only slow `make check`.
+WITHOUT_CHILDREN = ("tests/unit", "tests/spark")
+
+
+def starts_children(args: Sequence[str]) -> bool:
+    """Whether a run of these pytest arguments (paths, node ids) may start child JVMs."""
+    paths = [Path(arg.split("::")[0]).as_posix() for arg in args if not arg.startswith("-")]
+    return not paths or any(not path.startswith(WITHOUT_CHILDREN) for path in paths)
+
+
+def configure(args: Sequence[str] = ()) -> None:
+    """Children started from now on get the options; the archive follows in the background,
+    where `args` may start children. Off where the caller set PYSPARK_SUBMIT_ARGS or
+    INGEST_TEST_PLAIN_JVMS=1."""
     if VARIABLE in os.environ or os.environ.get("INGEST_TEST_PLAIN_JVMS") == "1":
         return
     try:
@@ -153,7 +165,7 @@ def configure() -> None:
     _remove_dead_dumps(archive.parent)
     if archive.exists():
         os.utime(archive)  # used: kept by `prune_archives`
-    else:
+    elif starts_children(args):
         _start_dump(archive)
 
 

@@ -53,7 +53,7 @@ class ExternalKafka:
 
 def pytest_configure(config):
     timing.configure(os.environ.get("INGEST_DURATIONS"))
-    child_jvms.configure()
+    child_jvms.configure(config.args)
 
 
 # Files whose tests read one `ingest demo` of the installed wheel (the session fixture `demo_run`,

@@ -2,7 +2,7 @@
 
 import os
 
-from tests.child_jvms import archive_key, prune_archives
+from tests.child_jvms import archive_key, prune_archives, starts_children
 
 
 def test_a_reinstalled_jar_set_gets_an_archive_of_its_own(tmp_path):
@@ -29,3 +29,10 @@ def test_only_the_last_used_archives_are_kept(tmp_path):
     prune_archives(tmp_path, keep=3)
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "driver-2.jsa", "driver-3.jsa", "driver-4.jsa", "driver-9.jsa.123.partial"]
+
+
+def test_the_archive_is_dumped_only_for_runs_that_start_children():
+    assert starts_children(["tests"]) and starts_children([])
+    assert starts_children(["tests/unit", "tests/integration/test_run.py::test_replay"])
+    assert not starts_children(["tests/unit", "tests/spark", "-q"])
+    assert not starts_children(["tests/spark/batch/test_processor.py::test_one_pass_counts_offsets_and_uids"])
