@@ -43,17 +43,17 @@ def create(session, pipeline: Pipeline, rows: DataFrame) -> None:
 
 
 def after_logged_deletes(session, rows: DataFrame, target: Target, bounds: Mapping[str, str],
-                         sequence: str, ties: Sequence[str], has_deletes: bool = True) -> DataFrame:
+                         sequence: str, ties: Sequence[str], logs_deletes: bool = True) -> DataFrame:
     """Log the batch's deletes, then drop each change that a logged delete of its key
     supersedes. A key's changes are ordered by `sequence` (logged as `_sequence`),
     then `ties`; struct comparison orders a null sequence first.
 
-    `has_deletes` false (the batch's summary counted none): no MERGE into the log. It
+    `logs_deletes` false (the batch's summary counted none): no MERGE into the log. It
     would write nothing, and its commit, a second or so a batch, records nothing the
     log is read for: recovery and replays go by the target's commits, and a replayed
     batch has no deletes either."""
     log = location(target)
-    if has_deletes:
+    if logs_deletes:
         deletes = rows.where(F.col(OP) == DELETE).withColumn(SEQUENCE, F.col(f"`{sequence}`")).select(*COLUMNS)
         log_later = (f"struct(s.{SEQUENCE}, {', '.join('s.' + c for c in ties)}) > "
                      f"struct(t.{SEQUENCE}, {', '.join('t.' + c for c in ties)})")
