@@ -68,6 +68,7 @@ PROBLEM_CODES = {
     "bad_ddl": "source.schema is not a Spark DDL schema",
     "bad_sql": "a transform expression Spark cannot parse or resolve",
     "cdc_rules": "a cdc or deletes/history setting that does not fit the rest of the pipeline",
+    "unsafe_writers": "a second writing driver the log store cannot make safe (S3, one driver only)",
     "reader_schema": "the registry or schema_file gives no reader schema that maps to Spark columns",
     "coordinates_uid": "warning: a uid from Kafka coordinates is only safe with idempotent producers",
 }

@@ -18,23 +18,33 @@ def add(commands, parents) -> None:
         "pipeline runs. VACUUM keeps files for the longest of maintenance.vacuum_retain and the "
         "table's delta.deletedFileRetentionDuration. With hard deletes, the delete log too: "
         "VACUUM first purges the deletes logged longer ago than maintenance.delete_log_retain. "
-        "With neither flag, both run.")
+        "With neither flag, both run. On S3 with Delta's single-driver log store, refused unless "
+        "--pipeline-stopped (docs/cluster.md#tables-on-s3).")
     pipeline_file(command)
     command.add_argument("--optimize", action="store_true", help="compact small files")
     command.add_argument("--vacuum", action="store_true", help="delete files no version still needs")
     command.add_argument("--zorder", action="store_true", help="with --optimize: Z-order the target by _uid")
+    command.add_argument("--pipeline-stopped", action="store_true",
+                         help="the pipeline is not running: allows maintenance of tables on S3 without a "
+                         "multi-writer log store, where a second driver can lose a commit")
     command.add_argument("--json", action="store_true", help="results as JSON")
 
 
 def run(args) -> int:
     from dataclasses import asdict
 
-    from ingest.platform.session import get_session
+    from ingest.errors import SpecErrors
+    from ingest.platform.session import get_session, on_databricks
+    from ingest.stream.log_store import second_driver_problem
     from ingest.stream.maintenance import maintain
 
     pipeline = load_one(args).pipeline
     both = not (args.optimize or args.vacuum)
-    done = maintain(get_session("ingest-maintain"), pipeline, optimize=args.optimize or both,
+    spark = get_session("ingest-maintain")
+    problem = second_driver_problem(pipeline, lambda key: spark.conf.get(key, None), on_databricks())
+    if problem is not None and not args.pipeline_stopped:
+        raise SpecErrors([problem])
+    done = maintain(spark, pipeline, optimize=args.optimize or both,
                     vacuum=args.vacuum or both, zorder=args.zorder)
     if not done:
         print(f"note: {pipeline.name}: no table to maintain yet", file=sys.stderr)

@@ -5,7 +5,7 @@ from dataclasses import replace
 import pytest
 
 from ingest.spec.model import DeadLetter, Target
-from ingest.stream.log_store import single_driver_warning
+from ingest.stream.log_store import second_driver_problem, single_driver_warning
 from tests.unit.spec.test_locations import pipeline as make_pipeline
 
 
@@ -16,8 +16,8 @@ def on(path, dead_letter="/local/dl"):
 @pytest.mark.parametrize("path", ["s3a://bucket/tables/orders", "s3://bucket/orders", "S3N://b/o"])
 def test_s3_without_a_log_store_is_warned(path):
     warning = single_driver_warning(on(path), {}.get)
-    assert warning and f"target {path}" in warning and "one writing driver only" in warning
-    assert "S3DynamoDBLogStore" in warning
+    assert warning and f"target {path}" in warning and "the only writing driver" in warning
+    assert "no lease" in warning and f"spark.delta.logStore.{path.split(':')[0].lower()}.impl" in warning
 
 
 def test_the_dead_letters_on_s3_are_warned_too():
@@ -38,3 +38,13 @@ def test_the_single_driver_store_named_explicitly_is_still_warned():
     single = {"spark.delta.logStore.s3a.impl": "io.delta.storage.S3SingleDriverLogStore"}
     assert single_driver_warning(on("s3a://b/t"), single.get) is not None
     assert single_driver_warning(on("s3://b/t"), {"spark.delta.logStore.s3a.impl": "x.Dynamo"}.get) is not None
+
+
+def test_maintain_beside_a_run_is_refused_on_the_single_driver_store_naming_the_setting():
+    problem = second_driver_problem(on("s3a://b/t", "s3a://b/dl"), {}.get)
+    assert problem is not None and problem.code == "unsafe_writers"
+    assert "spark.delta.logStore.s3a.impl" in problem.message and "--pipeline-stopped" in problem.message
+    safe = {"spark.delta.logStore.s3a.impl": "io.example.ConditionalPutLogStore"}
+    assert second_driver_problem(on("s3a://b/t", "s3a://b/dl"), safe.get) is None
+    assert second_driver_problem(on("/data/t"), {}.get) is None
+    assert second_driver_problem(on("s3a://b/t"), {}.get, on_databricks=True) is None
