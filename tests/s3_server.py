@@ -11,9 +11,11 @@ session's other tests, and any other bucket, see no change.
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -36,9 +38,10 @@ class LocalS3:
         self.log = log
         self.process: subprocess.Popen | None = None
         self.endpoint = ""
+        self.port = 0
 
     def start(self, timeout: float = 60) -> None:
-        port = _free_port()
+        self.port = port = _free_port()
         self.endpoint = f"http://127.0.0.1:{port}"
         with open(self.log, "ab") as out:
             self.process = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
@@ -75,11 +78,12 @@ class LocalS3:
         self.client().create_bucket(Bucket=name)
         return name
 
-    def hadoop_conf(self, bucket: str) -> dict[str, str]:
-        """S3A settings for `bucket` on this server, without the `spark.hadoop.` prefix."""
+    def hadoop_conf(self, bucket: str, endpoint: str | None = None) -> dict[str, str]:
+        """S3A settings for `bucket` on this server (or a relay to it at `endpoint`), without
+        the `spark.hadoop.` prefix."""
         prefix = f"fs.s3a.bucket.{bucket}."
         return {prefix + key: value for key, value in {
-            "endpoint": self.endpoint,
+            "endpoint": endpoint or self.endpoint,
             "endpoint.region": REGION,
             "path.style.access": "true",  # moto answers http://host:port/bucket/key
             "connection.ssl.enabled": "false",
@@ -88,10 +92,10 @@ class LocalS3:
             "aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
         }.items()}
 
-    def use_in(self, spark, bucket: str) -> None:
+    def use_in(self, spark, bucket: str, endpoint: str | None = None) -> None:
         """Point a running session's S3A at this server for `bucket` only."""
         hadoop = spark._jsc.hadoopConfiguration()
-        for key, value in self.hadoop_conf(bucket).items():
+        for key, value in self.hadoop_conf(bucket, endpoint).items():
             hadoop.set(key, value)
 
     def spark_defaults(self, folder: Path, bucket: str) -> Path:
@@ -101,3 +105,58 @@ class LocalS3:
         lines = [f"spark.hadoop.{key} {value}" for key, value in self.hadoop_conf(bucket).items()]
         (folder / "spark-defaults.conf").write_text("\n".join(lines) + "\n")
         return folder
+
+
+class HeldPut:
+    """A TCP relay in front of the stand-in that holds the first PUT of a Delta log version
+    (`_delta_log/<20 digits>.json`) until released: the moment between a writer's check that
+    the version is free and its PUT landing, widened on purpose so that a second writer can
+    commit inside it. Everything else passes through as it is."""
+
+    LOG_PUT = re.compile(rb"PUT /\S*_delta_log/\d{20}\.json")
+
+    def __init__(self, upstream_port: int):
+        self.upstream_port = upstream_port
+        self.held = threading.Event()  # the PUT arrived and waits
+        self.release = threading.Event()
+        self._armed = True
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.port = self._server.getsockname()[1]
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def close(self) -> None:
+        self._closed = True
+        self.release.set()
+        self._server.close()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._server.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+            threading.Thread(target=self._pump, args=(client, upstream, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket, from_client: bool) -> None:
+        try:
+            while chunk := source.recv(65536):
+                if from_client and self._armed and self.LOG_PUT.search(chunk):
+                    self._armed = False
+                    self.held.set()
+                    self.release.wait(timeout=300)
+                sink.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            for end in (source, sink):
+                try:
+                    end.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
