@@ -108,8 +108,8 @@ class LocalS3:
 
 
 class HeldPut:
-    """A TCP relay in front of the stand-in that holds the first PUT of a Delta log version
-    (`_delta_log/<20 digits>.json`) until released: the moment between a writer's check that
+    """A TCP relay in front of the stand-in that, once armed, holds the next PUT of a Delta log
+    version (`_delta_log/<20 digits>.json`) until released: the moment between a writer's check that
     the version is free and its PUT landing, widened on purpose so that a second writer can
     commit inside it. Everything else passes through as it is."""
 
@@ -119,7 +119,7 @@ class HeldPut:
         self.upstream_port = upstream_port
         self.held = threading.Event()  # the PUT arrived and waits
         self.release = threading.Event()
-        self._armed = True
+        self._armed = False
         self._server = socket.create_server(("127.0.0.1", 0))
         self.port = self._server.getsockname()[1]
         self._closed = False
@@ -128,6 +128,9 @@ class HeldPut:
     @property
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    def arm(self) -> None:
+        self._armed = True
 
     def close(self) -> None:
         self._closed = True

@@ -194,6 +194,7 @@ def test_two_drivers_on_s3_without_a_multi_writer_log_store_lose_a_commit(spark,
         spark.createDataFrame([("creator",)], "writer STRING").write.format("delta").save(second)
 
         errors: list = []
+        relay.arm()
         held = threading.Thread(target=appended, args=(spark, first, "first", errors))
         held.start()
         assert relay.held.wait(timeout=300), "the first driver's commit never reached the relay"
@@ -202,5 +203,37 @@ def test_two_drivers_on_s3_without_a_multi_writer_log_store_lose_a_commit(spark,
         held.join(timeout=300)
         assert not errors, errors  # both were told they committed
         assert writers_of(spark, second) == ["creator", "first"]  # the second commit is lost
+    finally:
+        relay.close()
+
+
+def test_two_writers_of_one_driver_on_s3_both_commit(spark, s3, s3_bucket, s3_root):
+    """The same race inside one driver, as the run's batches and its `maintenance.optimize_every`
+    compaction meet: the log store's lock per path makes the second writer wait for the held PUT,
+    find version 1 taken and commit version 2. Both rows stay."""
+    import threading
+    import time
+
+    from tests.s3_server import HeldPut
+
+    bucket = s3.create_bucket("ingest-one-driver")
+    relay = HeldPut(s3.port)
+    try:
+        s3.use_in(spark, bucket, endpoint=relay.endpoint)
+        location = f"s3a://{bucket}/{s3_root.split('/', 3)[3]}"
+        spark.createDataFrame([("creator",)], "writer STRING").write.format("delta").save(location)
+        errors: list = []
+        relay.arm()
+        writers = [threading.Thread(target=appended, args=(spark, location, tag, errors))
+                   for tag in ("first", "second")]
+        writers[0].start()
+        assert relay.held.wait(timeout=300), "the first writer's commit never reached the relay"
+        writers[1].start()
+        time.sleep(15)  # the second writer's job reaches its commit meanwhile (9 s end to end above)
+        relay.release.set()
+        for writer in writers:
+            writer.join(timeout=300)
+        assert not errors, errors
+        assert writers_of(spark, location) == ["creator", "first", "second"]
     finally:
         relay.close()
