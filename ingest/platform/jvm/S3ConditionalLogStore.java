@@ -1,0 +1,56 @@
+package ingest.delta;
+
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.util.Iterator;
+
+import io.delta.storage.S3SingleDriverLogStore;
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FileSystem;
+import org.apache.hadoop.fs.Path;
+
+/**
+ * Delta's log store for S3 with several writing drivers: a commit file is created with S3's
+ * put-if-absent (`If-None-Match: *`, S3A's conditional create, Hadoop 3.4.2 and later), so of
+ * two writers of one table version exactly one succeeds and the other gets
+ * {@link java.nio.file.FileAlreadyExistsException}, which Delta's optimistic transaction
+ * answers by checking for conflicts and retrying at the next version.
+ *
+ * <p>OSS Delta's {@link S3SingleDriverLogStore} checks for the file and then writes it: two
+ * drivers can both pass the check, both writes succeed, and one commit is silently replaced.
+ * Its lock only orders writers inside one JVM.
+ *
+ * <p>Everything else is that store's: listing, reading, overwrites (checkpoints,
+ * `_last_checkpoint`), and the write itself where the file system offers no conditional create
+ * (`fs.s3a.create.conditional.enabled=false`, or a store without it), which `ingest run` names
+ * at start.
+ */
+public class S3ConditionalLogStore extends S3SingleDriverLogStore {
+
+    public S3ConditionalLogStore(Configuration hadoopConf) {
+        super(hadoopConf);
+    }
+
+    @Override
+    public void write(Path path, Iterator<String> actions, Boolean overwrite, Configuration hadoopConf)
+            throws IOException {
+        FileSystem fs = path.getFileSystem(hadoopConf);
+        if (overwrite || !ConditionalFiles.offered(fs, path)) {
+            super.write(path, actions, overwrite, hadoopConf);
+            return;
+        }
+        // A commit file is small: held whole, it can be compared with what the store holds
+        byte[] content = joined(actions);
+        if (ConditionalFiles.createIfAbsent(fs, path, content) == null) {
+            throw new java.nio.file.FileAlreadyExistsException(path.toString());
+        }
+    }
+
+    private static byte[] joined(Iterator<String> actions) {
+        StringBuilder text = new StringBuilder();
+        while (actions.hasNext()) {
+            text.append(actions.next()).append('\n');
+        }
+        return text.toString().getBytes(StandardCharsets.UTF_8);
+    }
+}
