@@ -17,7 +17,7 @@ def on(path, dead_letter="/local/dl"):
 def test_s3_without_a_log_store_is_warned(path):
     warning = single_driver_warning(on(path), {}.get)
     assert warning and f"target {path}" in warning and "one writing driver only" in warning
-    assert "S3DynamoDBLogStore" in warning
+    assert "spark.delta.logStore" in warning and "ingest.delta.S3ConditionalLogStore" in warning
 
 
 def test_the_dead_letters_on_s3_are_warned_too():
@@ -38,3 +38,14 @@ def test_the_single_driver_store_named_explicitly_is_still_warned():
     single = {"spark.delta.logStore.s3a.impl": "io.delta.storage.S3SingleDriverLogStore"}
     assert single_driver_warning(on("s3a://b/t"), single.get) is not None
     assert single_driver_warning(on("s3://b/t"), {"spark.delta.logStore.s3a.impl": "x.Dynamo"}.get) is not None
+
+
+INGEST_STORE = {"spark.delta.logStore.s3a.impl": "ingest.delta.S3ConditionalLogStore"}
+
+
+def test_ingest_log_store_is_safe_only_where_the_store_creates_if_absent():
+    assert single_driver_warning(on("s3a://b/t", "s3a://b/dl"), INGEST_STORE.get, conditional=lambda _: True) is None
+    refused = single_driver_warning(on("s3a://b/t"), INGEST_STORE.get, conditional=lambda _: False)
+    assert refused and "no conditional create" in refused and "fs.s3a.create.conditional.enabled" in refused
+    unknown = single_driver_warning(on("s3a://b/t"), INGEST_STORE.get)  # a session that cannot tell
+    assert unknown and "one writing driver only" in unknown
