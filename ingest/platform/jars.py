@@ -19,6 +19,13 @@ from pathlib import Path
 from ingest.errors import IngestError
 
 KAFKA_BROKER_VERSION = "4.3.1"
+# S3 through `s3a://`: hadoop-aws at the Hadoop pyspark ships (its hadoop-client-api jar), on the
+# AWS SDK v2 modules it calls. hadoop-aws declares the SDK's `bundle` (every service, 600+ MB
+# shaded); S3A needs s3 (the clients), s3-transfer-manager (uploads, copies), sts (the session
+# credentials its default provider chain reads) and apache-client (the HTTP client it builds).
+HADOOP_AWS_VERSION = "3.5.0"
+AWS_SDK_VERSION = "2.57.8"
+AWS_SDK_MODULES = ("s3", "s3-transfer-manager", "sts", "apache-client")
 SLF4J_VERSION = "1.7.36"  # the slf4j API line the Kafka 4.3 broker is built against
 
 _COMPLETE_MARKER = ".complete"
@@ -34,6 +41,7 @@ class Artifact:
     group: str
     name: str
     version: str
+    exclusions: tuple[str, ...] = ()  # "group:name" of dependencies not to bring
 
     @property
     def coordinate(self) -> str:
@@ -64,6 +72,22 @@ def spark_artifacts(spark: str | None = None, delta: str | None = None) -> list[
     return [
         Artifact("io.delta", f"delta-spark_{spark_minor}_2.13", delta or delta_version()),
         Artifact("org.apache.spark", "spark-sql-kafka-0-10_2.13", spark),
+        *s3_artifacts(),
+    ]
+
+
+def s3_artifacts() -> list[Artifact]:
+    """hadoop-aws and the SDK modules S3A uses; `delta-storage-s3-dynamodb` (Delta's multi-writer
+    S3 log store) is not on Maven Central as reached here (4.4.0: "Missing POM"), and sits on the
+    SDK v1 anyway: docs/cluster.md says what makes two writers safe on S3."""
+    sdk = "software.amazon.awssdk"
+    return [
+        Artifact("org.apache.hadoop", "hadoop-aws", HADOOP_AWS_VERSION, exclusions=(f"{sdk}:bundle",)),
+        # apache5-client: a second HTTP client S3A does not build; commons-logging: pyspark's
+        # jcl-over-slf4j has its classes
+        *(Artifact(sdk, module, AWS_SDK_VERSION,
+                   exclusions=(f"{sdk}:apache5-client", "commons-logging:commons-logging"))
+          for module in AWS_SDK_MODULES),
     ]
 
 
@@ -79,7 +103,7 @@ def cache_root() -> Path:
 
 
 def _set_folder(artifacts: list[Artifact]) -> Path:
-    key = ",".join(sorted(a.coordinate for a in artifacts))
+    key = ",".join(sorted(a.coordinate + "".join(f"!{e}" for e in a.exclusions) for a in artifacts))
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     return cache_root() / f"{artifacts[0].name}-{artifacts[0].version}-{digest}"
 
@@ -142,7 +166,7 @@ def resolve_broker_jars() -> list[Path]:
 def _pom(artifacts: list[Artifact]) -> str:
     deps = "\n".join(
         f"<dependency><groupId>{a.group}</groupId><artifactId>{a.name}</artifactId>"
-        f"<version>{a.version}</version></dependency>"
+        f"<version>{a.version}</version>{_exclusions(a)}</dependency>"
         for a in artifacts
     )
     return (
@@ -150,6 +174,14 @@ def _pom(artifacts: list[Artifact]) -> str:
         "<groupId>ingest</groupId><artifactId>jar-set</artifactId><version>1</version>"
         f"<dependencies>{deps}</dependencies></project>"
     )
+
+
+def _exclusions(artifact: Artifact) -> str:
+    if not artifact.exclusions:
+        return ""
+    parts = (name.split(":") for name in artifact.exclusions)
+    return "<exclusions>" + "".join(f"<exclusion><groupId>{group}</groupId><artifactId>{name}</artifactId>"
+                                    "</exclusion>" for group, name in parts) + "</exclusions>"
 
 
 def _copy_dependencies(artifacts: list[Artifact], work: Path, out: Path) -> None:

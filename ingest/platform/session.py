@@ -89,7 +89,9 @@ def jar_conf(mode: str | None = None) -> dict[str, str]:
     if mode == "none":
         return {}
     if mode == "packages":
-        return {"spark.jars.packages": ",".join(a.coordinate for a in jars.spark_artifacts()),
+        artifacts = jars.spark_artifacts()
+        return {"spark.jars.packages": ",".join(a.coordinate for a in artifacts),
+                "spark.jars.excludes": ",".join(sorted({e for a in artifacts for e in a.exclusions})),
                 **_with_own_jar([])}
     if mode == "cache":
         return _with_own_jar(jars.resolve_spark_jars())
