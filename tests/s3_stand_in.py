@@ -56,3 +56,10 @@ def moto_server():
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+def submit_args(endpoint: str, given: str | None) -> str:
+    """PYSPARK_SUBMIT_ARGS for a child `ingest` process: its S3A client pointed at the server too."""
+    confs = " ".join(f"--conf spark.hadoop.{key}={value}" for key, value in s3a_settings(endpoint).items())
+    given = given or "pyspark-shell"
+    return given.replace("pyspark-shell", f"{confs} pyspark-shell")
