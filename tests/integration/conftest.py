@@ -94,6 +94,37 @@ def pipeline(kafka, topic, tmp_path):
     )
 
 
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory):
+    """The S3 stand-in (tests/s3_server.py), started once per test session like the broker."""
+    from tests import timing
+    from tests.s3_server import LocalS3
+
+    server = LocalS3(log=tmp_path_factory.mktemp("s3") / "moto_server.log")
+    with timing.paid("s3_start"):
+        server.start()
+    yield server
+    server.close()
+
+
+S3_BUCKET = "ingest-tests"
+
+
+@pytest.fixture(scope="session")
+def s3_bucket(s3, spark) -> str:
+    """A bucket on the stand-in, the shared session's S3A pointed at it for that bucket alone."""
+    s3.create_bucket(S3_BUCKET)
+    s3.use_in(spark, S3_BUCKET)
+    return S3_BUCKET
+
+
+@pytest.fixture
+def s3_root(s3_bucket, request) -> str:
+    """`s3a://BUCKET/<test>-<uuid>`: a test's own folder on the stand-in (no trailing slash)."""
+    name = re.sub(r"[^a-zA-Z0-9-]", "-", request.node.name[:40])
+    return f"s3a://{s3_bucket}/{name}-{uuid.uuid4().hex[:8]}"
+
+
 def run_once(spark, pipeline, timeout: float = 240, **kwargs):
     """Process what is in the topic; returns the batch reports."""
     from ingest.stream.query import start_query
