@@ -88,19 +88,6 @@ def spark():
 
 
 @pytest.fixture(scope="session")
-def s3(spark):
-    """moto's S3 server on loopback (tests/s3_stand_in.py), the session's S3A client pointed at it.
-    One per test session: S3A's file systems are cached per bucket for the JVM's life."""
-    from tests.s3_stand_in import moto_server, s3a_settings
-
-    with moto_server() as endpoint:
-        conf = spark._jsc.hadoopConfiguration()
-        for key, value in s3a_settings(endpoint).items():
-            conf.set(key, value)
-        yield endpoint
-
-
-@pytest.fixture(scope="session")
 def kafka(tmp_path_factory):
     if os.environ.get("KAFKA_BOOTSTRAP"):
         yield ExternalKafka(os.environ["KAFKA_BOOTSTRAP"])

@@ -20,12 +20,11 @@ from ingest.stream.lease import AlreadyRunning
 from ingest.stream.supervisor import Supervisor
 from tests.integration.processes import ROOT, wait_for
 from tests.integration.test_faults import send
-from tests.s3_stand_in import BUCKET, submit_args
 
 
 @pytest.fixture
-def on_s3(s3, pipeline, topic):
-    root = f"s3a://{BUCKET}/{topic}"
+def on_s3(s3_root, pipeline):
+    root = s3_root
     kafka = replace(pipeline.source.kafka, max_offsets_per_trigger=15)
     return replace(pipeline, source=replace(pipeline.source, kafka=kafka),
                    trigger=Trigger(available_now=False, processing_time="1 second"),
@@ -69,7 +68,7 @@ def test_a_second_copy_on_s3_is_refused_by_the_lease(spark, kafka, topic, on_s3)
 
 
 def test_maintain_in_another_process_beside_a_continuous_run_loses_no_commit(
-        spark, kafka, topic, on_s3, tmp_path, s3):
+        spark, kafka, topic, on_s3, tmp_path, s3, s3_bucket):
     file = tmp_path / "orders.yaml"
     file.write_text(to_yaml(to_document(on_s3)))
     send(kafka, topic, [f"a{i}" for i in range(30)])
@@ -77,7 +76,7 @@ def test_maintain_in_another_process_beside_a_continuous_run_loses_no_commit(
     try:
         wait_for(lambda: len(run.batches) >= 2, 240, "two batches")
         env = {**os.environ, "KAFKA_BOOTSTRAP": kafka.bootstrap,
-               "PYSPARK_SUBMIT_ARGS": submit_args(s3, os.environ.get("PYSPARK_SUBMIT_ARGS"))}
+               "SPARK_CONF_DIR": str(s3.spark_defaults(tmp_path / "spark-conf", s3_bucket))}
         maintain = subprocess.Popen([sys.executable, "-m", "ingest", "maintain", str(file), "--optimize"],
                                     cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for wave in range(4):  # batches keep committing while the other process compacts

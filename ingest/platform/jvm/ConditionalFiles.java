@@ -39,17 +39,28 @@ public final class ConditionalFiles {
     /** Creates the file if absent: its ETag (or "" where the store has none), null if it existed. */
     public static String createIfAbsent(FileSystem fs, Path path, byte[] content) throws IOException {
         try {
-            try (FSDataOutputStream out = (FSDataOutputStream) fs.createFile(path).overwrite(false).must(IF_ABSENT, true).build()) {
+            try (FSDataOutputStream out = openIfAbsent(fs, path)) {
                 out.write(content);
             }
         } catch (IOException failed) {
-            byte[] there = bytes(fs, path);
-            if (there == null) {
-                throw failed;
-            }
-            return Arrays.equals(there, content) ? etag(fs, path) : null;
+            return settle(fs, path, content, failed);
         }
         return etag(fs, path);
+    }
+
+    /** A stream that creates the file when it closes, only if the file is still absent then. */
+    public static FSDataOutputStream openIfAbsent(FileSystem fs, Path path) throws IOException {
+        return (FSDataOutputStream) fs.createFile(path).overwrite(false).must(IF_ABSENT, true).build();
+    }
+
+    /** After a create if absent failed: the file's ETag if it holds `content` (this writer's
+     * put landed), null if it holds other bytes (another writer's), `failed` again if none. */
+    public static String settle(FileSystem fs, Path path, byte[] content, IOException failed) throws IOException {
+        byte[] there = bytes(fs, path);
+        if (there == null) {
+            throw failed;
+        }
+        return Arrays.equals(there, content) ? etag(fs, path) : null;
     }
 
     /** Replaces the file if its ETag is still `expected`: the new ETag, or null if it changed

@@ -1,11 +1,13 @@
 package ingest.delta;
 
+import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.util.Iterator;
 
 import io.delta.storage.S3SingleDriverLogStore;
 import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FSDataOutputStream;
 import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.Path;
 
@@ -39,18 +41,24 @@ public class S3ConditionalLogStore extends S3SingleDriverLogStore {
             super.write(path, actions, overwrite, hadoopConf);
             return;
         }
-        // A commit file is small: held whole, it can be compared with what the store holds
-        byte[] content = joined(actions);
-        if (ConditionalFiles.createIfAbsent(fs, path, content) == null) {
+        // Written as read, and kept: a commit file is small, and a failed close is settled by
+        // comparing the bytes the store holds with these
+        ByteArrayOutputStream written = new ByteArrayOutputStream();
+        String landed;
+        try {
+            try (FSDataOutputStream out = ConditionalFiles.openIfAbsent(fs, path)) {
+                while (actions.hasNext()) {
+                    byte[] line = (actions.next() + "\n").getBytes(StandardCharsets.UTF_8);
+                    out.write(line);
+                    written.write(line);
+                }
+            }
+            return;
+        } catch (IOException failed) {
+            landed = ConditionalFiles.settle(fs, path, written.toByteArray(), failed);
+        }
+        if (landed == null) {
             throw new java.nio.file.FileAlreadyExistsException(path.toString());
         }
-    }
-
-    private static byte[] joined(Iterator<String> actions) {
-        StringBuilder text = new StringBuilder();
-        while (actions.hasNext()) {
-            text.append(actions.next()).append('\n');
-        }
-        return text.toString().getBytes(StandardCharsets.UTF_8);
     }
 }
