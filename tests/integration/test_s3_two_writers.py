@@ -51,7 +51,9 @@ class Continuous:
         self.supervisor.release()
 
 
-def test_a_second_copy_on_s3_is_refused_by_the_lease(spark, kafka, topic, on_s3):
+def test_a_second_copy_on_s3_is_refused_by_the_lease(spark, kafka, topic, on_s3, tmp_path):
+    file = tmp_path / "orders.yaml"
+    file.write_text(to_yaml(to_document(on_s3)))
     send(kafka, topic, [f"a{i}" for i in range(10)])
     first = Continuous(spark, on_s3)
     try:
@@ -65,6 +67,8 @@ def test_a_second_copy_on_s3_is_refused_by_the_lease(spark, kafka, topic, on_s3)
     finally:
         first.stop()
     assert [o.error for o in first.outcomes] == [None]
+    report = ingest.verify(spark, file)  # no record lost or doubled by the copy that was refused
+    assert report.ok, report.to_dict()
 
 
 def test_maintain_in_another_process_beside_a_continuous_run_loses_no_commit(
