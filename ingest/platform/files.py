@@ -33,7 +33,8 @@ def read_text(session, location: str) -> str | None:
     from pyspark.errors import AnalysisException
 
     try:
-        rows = session.read.option("wholetext", "true").text(location).collect()
+        # text()'s own `wholetext` defaults to False and would replace an option set before it
+        rows = session.read.text(location, wholetext=True).collect()
     except AnalysisException:  # no such file
         return None
     return rows[0].value if rows else None
@@ -50,7 +51,7 @@ def numbered_files(session, folder: str) -> dict[int, str]:
     from pyspark.sql import functions as F
 
     try:
-        rows = (session.read.option("wholetext", "true").text(folder)
+        rows = (session.read.text(folder, wholetext=True)
                 .select(F.col("_metadata.file_name").alias("name"), "value").collect())
     except AnalysisException:  # the folder does not exist
         return {}
