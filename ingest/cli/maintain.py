@@ -37,11 +37,13 @@ def run(args) -> int:
     from ingest.platform.session import get_session, on_databricks
     from ingest.stream.log_store import second_driver_problem
     from ingest.stream.maintenance import maintain
+    from ingest.stream.store_lease import conditional_create
 
     pipeline = load_one(args).pipeline
     both = not (args.optimize or args.vacuum)
     spark = get_session("ingest-maintain")
-    problem = second_driver_problem(pipeline, lambda key: spark.conf.get(key, None), on_databricks())
+    problem = second_driver_problem(pipeline, lambda key: spark.conf.get(key, None), on_databricks(),
+                                    lambda location: conditional_create(spark, location))
     if problem is not None and not args.pipeline_stopped:
         raise SpecErrors([problem])
     done = maintain(spark, pipeline, optimize=args.optimize or both,

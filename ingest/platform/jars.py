@@ -202,9 +202,12 @@ def _copy_dependencies(artifacts: list[Artifact], work: Path, out: Path) -> None
 
 def main() -> None:
     """`python -m ingest.platform.jars`: resolve every jar set once (used by `make`)."""
+    from ingest.platform import own_jar
+
     for label, resolver in (("spark", resolve_spark_jars), ("kafka broker", resolve_broker_jars)):
         found = resolver()
         print(f"{label} jars: {len(found)} in {found[0].parent}")
+    print(f"ingest's log store: {own_jar.build()}")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ingest.errors import IngestError
-from ingest.platform import jars
+from ingest.platform import jars, own_jar
 
 DELTA_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -91,16 +91,30 @@ def jar_conf(mode: str | None = None) -> dict[str, str]:
     if mode == "packages":
         artifacts = jars.spark_artifacts()
         return {"spark.jars.packages": ",".join(a.coordinate for a in artifacts),
-                "spark.jars.excludes": ",".join(sorted({e for a in artifacts for e in a.exclusions}))}
+                "spark.jars.excludes": ",".join(sorted({e for a in artifacts for e in a.exclusions})),
+                **_with_own_jar([])}
     if mode == "cache":
-        return {"spark.jars": ",".join(str(p) for p in jars.resolve_spark_jars())}
+        return _with_own_jar(jars.resolve_spark_jars())
     folder = Path(mode)
     found = sorted(folder.glob("*.jar")) if folder.is_dir() else []
     if not found:
         raise SessionError(
             f"INGEST_JARS={mode!r} is neither cache, packages, none nor a folder with jars"
         )
+    if any(p.name.startswith("ingest-delta") for p in found):
+        return {"spark.jars": ",".join(str(p) for p in found), **own_jar.log_store_conf()}
     return {"spark.jars": ",".join(str(p) for p in found)}
+
+
+def _with_own_jar(found: list[Path]) -> dict[str, str]:
+    """`spark.jars` with ingest's own jar and its log store for S3 where it builds (a JDK's javac);
+    without it S3 tables keep Delta's default log store, and `ingest run` says what that allows."""
+    try:
+        found = [*found, own_jar.build()]
+        extra = own_jar.log_store_conf()
+    except jars.JarResolutionError:
+        extra = {}
+    return {"spark.jars": ",".join(str(p) for p in found), **extra} if found else extra
 
 
 def _check_jar_mode() -> None:

@@ -4,8 +4,10 @@ A second copy started while the first runs fails fast, naming the running
 copy (host, pid, since). A lease whose heartbeat stopped (a crashed run), or
 whose process is gone on this host, is stale and taken over.
 
-Only checkpoints on a local or mounted file system get a lease. On object
-stores a second copy meets the target's txn id: Delta commits a batch version
+This lease is for checkpoints on a local or mounted file system. On an object
+store that creates a file only if absent (S3 through S3A) the lease is
+`store_lease.StoreLease`, taken once the session is up. Where a store offers
+none, a second copy meets the target's txn id: Delta commits a batch version
 once, and a copy whose MERGE Delta skipped compares the offsets recorded for
 that batch with its own and stops when they differ (`ledger.check_skipped`).
 """
@@ -52,12 +54,21 @@ def _alive_here(holder: Holder) -> bool:
     return process_alive(holder.pid)
 
 
+def live(holder: Holder) -> bool:
+    """A holder whose heartbeat is recent and whose process, on this host, still runs."""
+    return time.time() - holder.heartbeat < STALE_AFTER_S and _alive_here(holder)
+
+
+def new_holder() -> Holder:
+    return Holder(socket.gethostname(), os.getpid(), time.strftime("%Y-%m-%dT%H:%M:%S%z"), uuid.uuid4().hex,
+                  time.time())
+
+
 class Lease:
     def __init__(self, pipeline: str, checkpoint: str):
         self.pipeline = pipeline
         self.folder = local_path(checkpoint)
-        self.me = Holder(socket.gethostname(), os.getpid(),
-                         time.strftime("%Y-%m-%dT%H:%M:%S%z"), uuid.uuid4().hex, time.time())
+        self.me = new_holder()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -69,7 +80,7 @@ class Lease:
         if self.path is None:
             return
         holder = self._read()
-        if holder and holder.token != self.me.token and self._live(holder):
+        if holder and holder.token != self.me.token and live(holder):
             raise AlreadyRunning(f"{self.pipeline} is already running ({holder.describe()}); "
                                  f"stop it first, or wait {STALE_AFTER_S:.0f}s if it crashed")
         self._write()
@@ -88,9 +99,6 @@ class Lease:
         holder = self._read() if self.path else None
         if holder is not None and holder.token == self.me.token:
             self.path.unlink(missing_ok=True)
-
-    def _live(self, holder: Holder) -> bool:
-        return time.time() - holder.heartbeat < STALE_AFTER_S and _alive_here(holder)
 
     def _beat(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):

@@ -28,6 +28,7 @@ from ingest.platform.connect import (
     server_lost,
     unreachable,
 )
+from ingest.platform.files import local_path
 from ingest.platform.session import on_databricks
 from ingest.spec.locations import shared_locations
 from ingest.spec.model import Pipeline
@@ -40,6 +41,7 @@ from ingest.stream.maintenance import OptimizeSchedule
 from ingest.stream.metrics import Metrics
 from ingest.stream.progress import CatchUp
 from ingest.stream.query import start_query
+from ingest.stream.store_lease import StoreLease, conditional_create
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,7 @@ class Outcome:
 @dataclass
 class _Running:
     pipeline: Pipeline
-    lease: Lease
+    lease: Lease | StoreLease
     watermarks: dict
     catch_up: CatchUp | None = None
     optimize: OptimizeSchedule | None = None
@@ -109,6 +111,7 @@ class Supervisor:
             refused = [problem for run in self.running for problem in _spec_problems(spark, run.pipeline)]
             if refused:  # `validate`'s Spark checks: a row-changing transform, a non-deterministic uid
                 raise SpecErrors(refused)
+            self._store_leases()
             if is_connect(spark):
                 self._own_sessions()
             if any(_observed(p) for p in self.pipelines):
@@ -118,6 +121,26 @@ class Supervisor:
         except BaseException:
             self._end_all()
             raise
+
+    def _store_leases(self) -> None:
+        """The lease of a checkpoint on an object store, taken through the session's file system
+        where the store creates a file only if absent; where it does not, said at start."""
+        for run in self.running:
+            checkpoint = run.pipeline.checkpoint
+            if local_path(checkpoint) is not None:
+                continue
+            offered = conditional_create(self.spark, checkpoint)
+            if offered:
+                lease = StoreLease(run.pipeline.name, checkpoint, self.spark)
+                lease.acquire()
+                run.lease = lease
+                continue
+            if on_databricks():  # its jobs keep one run per job (max concurrent runs)
+                continue
+            why = ("its store offers no conditional create" if offered is False else
+                   "this session has no ingest jar to take it with (Spark Connect, spark-submit without it)")
+            self.on_note(f"{run.pipeline.name}: no lease on checkpoint {checkpoint}: {why}, so a second copy "
+                         "of this pipeline is not refused; run one copy per checkpoint (docs/operations.md)")
 
     def _own_sessions(self) -> None:
         """On Connect each query starts from a session of the pipeline's own: its batches'
@@ -137,7 +160,8 @@ class Supervisor:
         if is_connect(self.spark) and run.session is None and pipeline.spark_conf:
             self.on_note(f"{pipeline.name}: spark_conf reaches the query but not its batches' MERGE on "
                          "Spark Connect yet")
-        warning = single_driver_warning(pipeline, lambda key: self.spark.conf.get(key, None), on_databricks())
+        warning = single_driver_warning(pipeline, lambda key: self.spark.conf.get(key, None), on_databricks(),
+                                        lambda location: conditional_create(self.spark, location))
         if warning:
             self.on_note(warning)
         if plan.gaps:  # check_gaps let them pass: on_data_loss is record

@@ -17,7 +17,8 @@ def on(path, dead_letter="/local/dl"):
 def test_s3_without_a_log_store_is_warned(path):
     warning = single_driver_warning(on(path), {}.get)
     assert warning and f"target {path}" in warning and "the only writing driver" in warning
-    assert "no lease" in warning and f"spark.delta.logStore.{path.split(':')[0].lower()}.impl" in warning
+    assert f"spark.delta.logStore.{path.split(':')[0].lower()}.impl" in warning
+    assert "ingest.delta.S3ConditionalLogStore" in warning
 
 
 def test_the_dead_letters_on_s3_are_warned_too():
@@ -48,3 +49,15 @@ def test_maintain_beside_a_run_is_refused_on_the_single_driver_store_naming_the_
     assert second_driver_problem(on("s3a://b/t", "s3a://b/dl"), safe.get) is None
     assert second_driver_problem(on("/data/t"), {}.get) is None
     assert second_driver_problem(on("s3a://b/t"), {}.get, on_databricks=True) is None
+
+
+INGEST_STORE = {"spark.delta.logStore.s3a.impl": "ingest.delta.S3ConditionalLogStore"}
+
+
+def test_ingest_log_store_is_safe_only_where_the_store_creates_if_absent():
+    assert single_driver_warning(on("s3a://b/t", "s3a://b/dl"), INGEST_STORE.get, conditional=lambda _: True) is None
+    refused = single_driver_warning(on("s3a://b/t"), INGEST_STORE.get, conditional=lambda _: False)
+    assert refused and "no conditional create" in refused and "fs.s3a.create.conditional.enabled" in refused
+    unknown = single_driver_warning(on("s3a://b/t"), INGEST_STORE.get)  # a session that cannot tell
+    assert unknown and "cannot load" in unknown
+    assert second_driver_problem(on("s3a://b/t"), INGEST_STORE.get, conditional=lambda _: True) is None
