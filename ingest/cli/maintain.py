@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ingest.cli.options import load_one, pipeline_file
+from ingest.cli.options import load_one, pipeline_file, session
 from ingest.cli.output import OK, to_json
 from ingest.spec.settings import mask
 
@@ -29,12 +29,11 @@ def add(commands, parents) -> None:
 def run(args) -> int:
     from dataclasses import asdict
 
-    from ingest.platform.session import get_session
     from ingest.stream.maintenance import maintain
 
     pipeline = load_one(args).pipeline
     both = not (args.optimize or args.vacuum)
-    done = maintain(get_session("ingest-maintain"), pipeline, optimize=args.optimize or both,
+    done = maintain(session(args, "ingest-maintain"), pipeline, optimize=args.optimize or both,
                     vacuum=args.vacuum or both, zorder=args.zorder)
     if not done:
         print(f"note: {pipeline.name}: no table to maintain yet", file=sys.stderr)

@@ -2,7 +2,13 @@
 
 A second copy started while the first runs fails fast, naming the running
 copy (host, pid, since). A lease whose heartbeat stopped (a crashed run), or
-whose process is gone on this host, is stale and taken over.
+whose process is gone on this host, is stale and taken over. A pid that now
+belongs to a process started after the lease is gone too: a container the
+kubelet restarts after an OOM kill runs `ingest` as PID 1 again, as the dead
+holder did. From another host (a new pod has a new host name) the holder's
+process cannot be seen: the new copy watches the heartbeat, refused as soon as
+it moves, and takes the lease once it is stale (a killed pod's, within
+STALE_AFTER_S), instead of failing into a crash loop.
 
 Only checkpoints on a local or mounted file system get a lease. On object
 stores a second copy meets the target's txn id: Delta commits a batch version
@@ -19,11 +25,13 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
+from typing import Callable
 
 from ingest.errors import IngestError
 from ingest.platform.files import local_path
-from ingest.platform.processes import process_alive
+from ingest.platform.processes import process_alive, started_at
 
 LEASE_FILE = "_ingest_lease.json"
 HEARTBEAT_S = 5.0
@@ -49,12 +57,24 @@ class Holder:
 def _alive_here(holder: Holder) -> bool:
     if holder.host != socket.gethostname():
         return True  # cannot tell from here: trust the heartbeat
+    started = started_at(holder.pid)
+    if started is not None and started > _since(holder) + 1:
+        return False  # its pid is another process's now (the holder's `since` has whole seconds)
     return process_alive(holder.pid)
 
 
+def _since(holder: Holder) -> float:
+    try:
+        return datetime.strptime(holder.since, "%Y-%m-%dT%H:%M:%S%z").timestamp()
+    except ValueError:
+        return float("inf")  # unreadable: never taken for a predecessor
+
+
 class Lease:
-    def __init__(self, pipeline: str, checkpoint: str):
+    def __init__(self, pipeline: str, checkpoint: str, on_note: Callable[[str], None] | None = None):
+        """`on_note` hears that this copy waits for the lease of a holder on another host."""
         self.pipeline = pipeline
+        self.on_note = on_note
         self.folder = local_path(checkpoint)
         self.me = Holder(socket.gethostname(), os.getpid(),
                          time.strftime("%Y-%m-%dT%H:%M:%S%z"), uuid.uuid4().hex, time.time())
@@ -70,8 +90,9 @@ class Lease:
             return
         holder = self._read()
         if holder and holder.token != self.me.token and self._live(holder):
-            raise AlreadyRunning(f"{self.pipeline} is already running ({holder.describe()}); "
-                                 f"stop it first, or wait {STALE_AFTER_S:.0f}s if it crashed")
+            if holder.host == socket.gethostname():
+                raise self._running(holder)
+            self._wait_out(holder)
         self._write()
         time.sleep(0.2)  # two copies starting together: the last writer wins, the other sees it
         holder = self._read()
@@ -80,6 +101,29 @@ class Lease:
                                  f"the other copy ({holder.describe() if holder else 'unknown'}) won")
         self._thread = threading.Thread(target=self._beat, name=f"lease-{self.pipeline}", daemon=True)
         self._thread.start()
+
+    def _running(self, holder: Holder) -> AlreadyRunning:
+        return AlreadyRunning(f"{self.pipeline} is already running ({holder.describe()}); "
+                              f"stop it first, or wait {STALE_AFTER_S:.0f}s if it crashed")
+
+    def _wait_out(self, holder: Holder) -> None:
+        """Wait until another host's lease is stale; refused when its heartbeat moves. At least
+        two heartbeats long, so that clocks apart between the hosts cannot pass a live one."""
+        age = time.time() - holder.heartbeat
+        wait = max(STALE_AFTER_S - age, 2 * HEARTBEAT_S)
+        if self.on_note is not None:
+            self.on_note(f"{self.pipeline}: the lease is held by {holder.describe()}, on another host, "
+                         f"its heartbeat {max(age, 0):.0f}s old; waiting up to {wait:.0f}s for it to go "
+                         f"stale (a holder that was killed, as by the OOM killer, beats no more), and "
+                         f"refused if it beats")
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            time.sleep(min(1.0, max(deadline - time.monotonic(), 0)))
+            now = self._read()
+            if now is None:
+                return  # released
+            if now.token != holder.token or now.heartbeat != holder.heartbeat:
+                raise self._running(now)
 
     def release(self) -> None:
         self._stop.set()

@@ -90,7 +90,7 @@ class Supervisor:
             raise SpecErrors(shared)
         try:
             for pipeline in self.pipelines:
-                lease = Lease(pipeline.name, pipeline.checkpoint)
+                lease = Lease(pipeline.name, pipeline.checkpoint, on_note=self.on_note)
                 lease.acquire()
                 self.running.append(_Running(pipeline, lease, {}))
                 if self.preflight:
