@@ -236,3 +236,26 @@ def test_the_pod_asks_for_the_heap_and_the_room_beside_it():
 
 def test_conf_prod_states_the_session_a_service_starts():
     assert set(prod_settings().session_conf) == {"spark.master", "spark.driver.memory"}
+
+
+# --- every block of the page -----------------------------------------------------------------
+
+
+def test_every_block_of_the_production_page_is_checked_here():
+    """The unit and the Deployment are deploy/'s files; the session snippet is conf/prod.yaml's;
+    a shell block is not run (root, a cluster) but names what the tests above check."""
+    text = PAGE.read_text()
+    found = re.findall(r"([^\n]*)\n```(\w*)\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
+    assert len(found) >= 5
+    for before, language, body in found:
+        if language == "ini":
+            assert body == UNIT.read_text()
+        elif language == "yaml" and "kind: Deployment" in body:
+            assert yaml.safe_load(body) == manifest()["Deployment"]
+        elif language == "yaml":
+            snippet = settings_from_text(body, "docs/production.md", "prod")
+            assert snippet.session_conf == prod_settings().session_conf, body
+        else:
+            assert language == "sh" and "not run:" in before and "tests/unit/test_deploy.py" in before, body
+            files = re.findall(r"deploy/\S+\.(?:service|yaml)", body)
+            assert files and all((REPO / file).is_file() for file in files), body
