@@ -73,7 +73,10 @@ def test_a_pod_replacing_an_oom_killed_one_waits_out_its_lease_then_lands_every_
     started = time.monotonic()
     new = IngestProcess(pipeline_file, kafka.bootstrap, tmp_path / "new.log", once=True,
                         extra_args=arguments, prefix=in_pod("ingest-orders-7d9f-new"))
-    jvm = wait_for(lambda: jvm_command_line(new.process.pid), 120, "the new pod's JVM", new.output)
+    wait_for(lambda: jvm_command_line(new.process.pid) or new.process.poll() is not None, 120,
+             "the new pod's JVM", new.output)
+    jvm = jvm_command_line(new.process.pid)
+    assert jvm, f"the new pod's run ended before its JVM started:\n{new.output()[-3000:]}"
     assert "-Xmx1g" in jvm and "spark.master=local[2]" in jvm  # conf/<env>.yaml's session:
     code = new.wait(timeout=300)
     said = new.output()
