@@ -61,7 +61,21 @@ def on_host(name: str) -> list[str]:
 
 def in_container() -> list[str]:
     """A process that is PID 1 of a pid namespace of its own, as a container's entry point."""
-    return unshared("--pid", "--fork", "--mount-proc")
+    # --kill-child: a SIGKILL to unshare reaches its PID 1 child, and the namespace dies with it
+    return unshared("--pid", "--fork", "--kill-child=SIGKILL", "--mount-proc")
+
+
+def holders_alive(checkpoint: Path) -> list[str]:
+    """The lease-holding children still running for this checkpoint, from /proc."""
+    alive = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            words = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if str(checkpoint).encode() in words and b"-c" in words:
+            alive.append(cmdline.parent.name)
+    return alive
 
 
 def held(process: subprocess.Popen, lease: Path) -> None:
@@ -75,8 +89,12 @@ def test_a_restarted_container_takes_over_the_lease_its_killed_predecessor_left(
     first = holder(tmp_path, 60, in_container())
     held(first, lease)
     assert json.loads(lease.read_text())["pid"] == 1
-    first.kill()  # SIGKILL to unshare's PID 1 child too: the namespace dies with it
+    first.kill()
     first.wait(10)
+    deadline = time.monotonic() + 5  # the child's death signal is delivered as unshare dies
+    while holders_alive(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not holders_alive(tmp_path), "the killed container's process still runs"
     # a restart takes the kubelet more than the second the lease's `since` is rounded to
     since = datetime.strptime(json.loads(lease.read_text())["since"], "%Y-%m-%dT%H:%M:%S%z").timestamp()
     time.sleep(max(since + 1.5 - time.time(), 0))
