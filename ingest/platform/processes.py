@@ -28,3 +28,12 @@ def started_at(pid: int) -> float | None:
     except (OSError, ValueError, IndexError):
         return None
     return boot + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def pid_namespace() -> str:
+    """This process's pid namespace (a container has one of its own), e.g. `pid:[4026531836]`;
+    "" where Linux's /proc does not say."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""

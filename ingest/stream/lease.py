@@ -2,13 +2,14 @@
 
 A second copy started while the first runs fails fast, naming the running
 copy (host, pid, since). A lease whose heartbeat stopped (a crashed run), or
-whose process is gone on this host, is stale and taken over. A pid that now
-belongs to a process started after the lease is gone too: a container the
-kubelet restarts after an OOM kill runs `ingest` as PID 1 again, as the dead
-holder did. From another host (a new pod has a new host name) the holder's
-process cannot be seen: the new copy watches the heartbeat, refused as soon as
-it moves, and takes the lease once it is stale (a killed pod's, within
-STALE_AFTER_S), instead of failing into a crash loop.
+whose process is gone on this host, is stale and taken over; so is one whose
+pid now belongs to a process started after the lease. From another host (a
+new pod has a new host name) or another pid namespace (a container the kubelet
+restarts after an OOM kill: same host name, and `ingest` is PID 1 again, as
+the dead holder was) the holder's process cannot be seen: the new copy watches
+the heartbeat, refused as soon as it moves, and takes the lease once it is
+stale (a killed holder's, within STALE_AFTER_S), instead of failing into a
+crash loop.
 
 Only checkpoints on a local or mounted file system get a lease. On object
 stores a second copy meets the target's txn id: Delta commits a batch version
@@ -31,7 +32,7 @@ from typing import Callable
 
 from ingest.errors import IngestError
 from ingest.platform.files import local_path
-from ingest.platform.processes import process_alive, started_at
+from ingest.platform.processes import pid_namespace, process_alive, started_at
 
 LEASE_FILE = "_ingest_lease.json"
 HEARTBEAT_S = 5.0
@@ -49,13 +50,19 @@ class Holder:
     since: str
     token: str
     heartbeat: float
+    pid_ns: str = ""  # where `pid` means something: a container has a pid namespace of its own
 
     def describe(self) -> str:
         return f"host {self.host}, pid {self.pid}, since {self.since}"
 
 
+def _visible(holder: Holder) -> bool:
+    """Whether the holder's pid names a process this one can look up."""
+    return holder.host == socket.gethostname() and holder.pid_ns == pid_namespace()
+
+
 def _alive_here(holder: Holder) -> bool:
-    if holder.host != socket.gethostname():
+    if not _visible(holder):
         return True  # cannot tell from here: trust the heartbeat
     started = started_at(holder.pid)
     if started is not None and started > _since(holder) + 1:
@@ -72,12 +79,12 @@ def _since(holder: Holder) -> float:
 
 class Lease:
     def __init__(self, pipeline: str, checkpoint: str, on_note: Callable[[str], None] | None = None):
-        """`on_note` hears that this copy waits for the lease of a holder on another host."""
+        """`on_note` hears that this copy waits for the lease of a holder it cannot see."""
         self.pipeline = pipeline
         self.on_note = on_note
         self.folder = local_path(checkpoint)
         self.me = Holder(socket.gethostname(), os.getpid(),
-                         time.strftime("%Y-%m-%dT%H:%M:%S%z"), uuid.uuid4().hex, time.time())
+                         time.strftime("%Y-%m-%dT%H:%M:%S%z"), uuid.uuid4().hex, time.time(), pid_namespace())
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -90,7 +97,7 @@ class Lease:
             return
         holder = self._read()
         if holder and holder.token != self.me.token and self._live(holder):
-            if holder.host == socket.gethostname():
+            if _visible(holder):
                 raise self._running(holder)
             self._wait_out(holder)
         self._write()
@@ -107,12 +114,14 @@ class Lease:
                               f"stop it first, or wait {STALE_AFTER_S:.0f}s if it crashed")
 
     def _wait_out(self, holder: Holder) -> None:
-        """Wait until another host's lease is stale; refused when its heartbeat moves. At least
-        two heartbeats long, so that clocks apart between the hosts cannot pass a live one."""
+        """Wait until the lease of a holder this copy cannot see is stale; refused when its
+        heartbeat moves. At least two heartbeats long, so that clocks apart between two hosts
+        cannot pass a live one."""
         age = time.time() - holder.heartbeat
         wait = max(STALE_AFTER_S - age, 2 * HEARTBEAT_S)
         if self.on_note is not None:
-            self.on_note(f"{self.pipeline}: the lease is held by {holder.describe()}, on another host, "
+            where = "on another host" if holder.host != socket.gethostname() else "in another container"
+            self.on_note(f"{self.pipeline}: the lease is held by {holder.describe()}, {where}, "
                          f"its heartbeat {max(age, 0):.0f}s old; waiting up to {wait:.0f}s for it to go "
                          f"stale (a holder that was killed, as by the OOM killer, beats no more), and "
                          f"refused if it beats")

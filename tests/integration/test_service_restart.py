@@ -5,8 +5,8 @@ cannot see: the new run waits until that holder's heartbeat is stale, saying so,
 the checkpoint and lands every record once; it does not exit into a crash loop. Both runs are
 real `ingest run` processes, each in a UTS namespace of its own (`unshare`, root as in CI) with
 a pod's host name, started with conf/<env>.yaml's `session:` as a service's conf/prod.yaml
-sets it. (A container restarted in the same pod, the same host name, is
-tests/unit/stream/test_lease.py's: the lease is taken over at once.)"""
+sets it. (A container restarted in the same pod, the same host name in a pid namespace of
+its own, waits the same way: tests/unit/stream/test_lease.py.)"""
 
 from __future__ import annotations
 

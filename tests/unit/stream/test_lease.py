@@ -2,10 +2,11 @@
 
 Real processes hold the lease and are SIGKILLed, as the OOM killer kills them. A container
 the kubelet restarts has the same host name and a fresh pid namespace: its `ingest` is PID
-1 again, as the dead holder was. A new pod has a new host name: whether the holder lives
-cannot be asked from there, only read from its heartbeat. Namespaces come from `unshare`
-(root, as CI runs). STALE_AFTER_S is shortened in the children to keep the test short; the
-rule is the same at 30 s."""
+1 again, as the dead holder was. A new pod has a new host name. From neither can the holder's
+process be looked up, only its heartbeat read: the successor waits the lease out, and a
+live holder's heartbeat refuses it. Namespaces come from `unshare` (root, as CI runs).
+STALE_AFTER_S is shortened in the children to keep the test short; the rule is the same at
+30 s."""
 
 from __future__ import annotations
 
@@ -84,57 +85,81 @@ def held(process: subprocess.Popen, lease: Path) -> None:
     assert lease.exists()
 
 
-def test_a_restarted_container_takes_over_the_lease_its_killed_predecessor_left(tmp_path):
-    lease = tmp_path / LEASE_FILE
-    first = holder(tmp_path, 60, in_container())
-    held(first, lease)
-    assert json.loads(lease.read_text())["pid"] == 1
-    first.kill()
-    first.wait(10)
+# (where the dead holder ran, where its successor runs, how the note places the holder)
+SUCCESSORS = {
+    "a new pod": (on_host("ingest-orders-old"), on_host("ingest-orders-new"), "on another host"),
+    "a restarted container": (in_container(), in_container(), "in another container"),
+}
+
+
+def killed(process: subprocess.Popen, checkpoint: Path) -> None:
+    """SIGKILL, as the OOM killer's; with --kill-child a container's PID 1 dies with unshare."""
+    process.kill()
+    process.wait(10)
     deadline = time.monotonic() + 5  # the child's death signal is delivered as unshare dies
-    while holders_alive(tmp_path) and time.monotonic() < deadline:
+    while holders_alive(checkpoint) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not holders_alive(tmp_path), "the killed container's process still runs"
-    # a restart takes the kubelet more than the second the lease's `since` is rounded to
-    since = datetime.strptime(json.loads(lease.read_text())["since"], "%Y-%m-%dT%H:%M:%S%z").timestamp()
-    time.sleep(max(since + 1.5 - time.time(), 0))
-    again = holder(tmp_path, 0, in_container())  # PID 1 again, the same host name
-    out, _ = again.communicate(timeout=30)
-    assert again.returncode == 0, out
-    assert float(out.split("held after", 1)[1].split()[0]) < STALE_S, out  # not waited out: its pid is not the holder
+    assert not holders_alive(checkpoint), "the killed holder still runs"
 
 
-def test_a_new_pod_waits_out_the_lease_of_a_killed_one_then_takes_it(tmp_path):
+@pytest.mark.parametrize("successor", SUCCESSORS)
+def test_the_successor_of_a_killed_holder_waits_out_its_lease_then_takes_it(tmp_path, successor):
+    dead_in, new_in, where = SUCCESSORS[successor]
     lease = tmp_path / LEASE_FILE
-    first = holder(tmp_path, 60, on_host("ingest-orders-old"))
+    first = holder(tmp_path, 60, dead_in)
     held(first, lease)
-    first.kill()
-    first.wait(10)
+    holder_was = json.loads(lease.read_text())
+    killed(first, tmp_path)
     killed_at = time.time()
-    heartbeat = json.loads(lease.read_text())["heartbeat"]
-    second = holder(tmp_path, 0, on_host("ingest-orders-new"))
+    second = holder(tmp_path, 0, new_in)
     out, _ = second.communicate(timeout=60)
     assert second.returncode == 0, out
-    assert "note: orders: the lease is held by host ingest-orders-old" in out
-    assert "waiting up to" in out
-    assert time.time() - heartbeat >= STALE_S  # taken only once stale
+    assert f"note: orders: the lease is held by host {holder_was['host']}, pid {holder_was['pid']}" in out
+    assert f"{where}, its heartbeat" in out and "waiting up to" in out
+    assert time.time() - holder_was["heartbeat"] >= STALE_S  # taken only once stale
     assert time.time() - killed_at < STALE_S + 10, out
     assert not lease.exists()  # the second copy held it, then gave it back
 
 
-def test_a_new_pod_is_refused_while_the_holder_on_another_host_lives(tmp_path):
+@pytest.mark.parametrize("successor", SUCCESSORS)
+def test_a_copy_is_refused_while_a_holder_it_cannot_see_lives(tmp_path, successor):
+    """A second container with the host name of the first (PID 1 in each) is a second copy."""
+    live_in, new_in, _ = SUCCESSORS[successor]
     lease = tmp_path / LEASE_FILE
-    first = holder(tmp_path, 30, on_host("ingest-orders-old"))
+    first = holder(tmp_path, 30, live_in)
     held(first, lease)
+    time.sleep(1.5)  # the second copy starts later than the whole second the lease's `since` names
     try:
-        second = holder(tmp_path, 0, on_host("ingest-orders-new"))
+        second = holder(tmp_path, 0, new_in)
         out, _ = second.communicate(timeout=30)
     finally:
-        first.kill()
-        first.wait(10)
+        killed(first, tmp_path)
     assert second.returncode == 1, out
-    assert "already running (host ingest-orders-old" in out
+    assert "already running (host" in out
     assert float(out.split("refused after", 1)[1].split()[0]) < STALE_S, out  # the heartbeat moved: no wait out
+
+
+def test_a_holder_pid_now_taken_by_a_later_process_is_taken_over_at_once(tmp_path):
+    """On this host and in this pid namespace: the pid the lease names runs, but it started
+    after the lease was taken, so it is not the holder (a pid reused after the holder died)."""
+    from ingest.platform.processes import pid_namespace
+    from ingest.stream.lease import Lease
+
+    later = subprocess.Popen(["sleep", "30"])
+    try:
+        an_hour_ago = time.time() - 3600
+        (tmp_path / LEASE_FILE).write_text(json.dumps({
+            "host": os.uname().nodename, "pid": later.pid, "token": "dead",
+            "since": datetime.fromtimestamp(an_hour_ago).astimezone().strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "heartbeat": time.time(), "pid_ns": pid_namespace()}))
+        successor = Lease("orders", str(tmp_path))
+        started = time.monotonic()
+        successor.acquire()
+        assert time.monotonic() - started < 2
+        successor.release()
+    finally:
+        later.kill()
+        later.wait(5)
 
 
 def test_a_second_lease_in_one_process_is_still_refused(tmp_path):
