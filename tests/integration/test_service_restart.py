@@ -63,8 +63,10 @@ def test_a_pod_replacing_an_oom_killed_one_waits_out_its_lease_then_lands_every_
                         extra_args=arguments, prefix=in_pod("ingest-orders-7d9f-old"))
     lease = tmp_path / "checkpoints" / "crashy" / LEASE_FILE
     try:
-        first_commit = tmp_path / "tables" / "crashy" / "_delta_log" / f"{0:020}.json"
-        wait_for(first_commit.exists, 240, "the old pod's first commit", lambda: old.output()[-2000:])
+        # its first batch planned (Spark's offsets/0), its MERGE under way or done: the new pod
+        # runs that batch again with the same offsets
+        planned = tmp_path / "checkpoints" / "crashy" / "offsets" / "0"
+        wait_for(planned.exists, 240, "the old pod's first batch", lambda: old.output()[-2000:])
         assert json.loads(lease.read_text())["host"] == "ingest-orders-7d9f-old"
     finally:
         old.kill()  # SIGKILL to ingest and its JVM at once, as the OOM killer's group kill
