@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ingest.cli.options import load_one, pipeline_file
+from ingest.cli.options import load_one, pipeline_file, session
 from ingest.cli.output import OK, to_json
 from ingest.spec.settings import mask
 
@@ -34,14 +34,14 @@ def run(args) -> int:
     from dataclasses import asdict
 
     from ingest.errors import SpecErrors
-    from ingest.platform.session import get_session, on_databricks
+    from ingest.platform.session import on_databricks
     from ingest.stream.log_store import second_driver_problem
     from ingest.stream.maintenance import maintain
     from ingest.stream.store_lease import conditional_create
 
     pipeline = load_one(args).pipeline
     both = not (args.optimize or args.vacuum)
-    spark = get_session("ingest-maintain")
+    spark = session(args, "ingest-maintain")
     problem = second_driver_problem(pipeline, lambda key: spark.conf.get(key, None), on_databricks(),
                                     lambda location: conditional_create(spark, location))
     if problem is not None and not args.pipeline_stopped:

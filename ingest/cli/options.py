@@ -33,10 +33,19 @@ def settings_of(args) -> Settings:
 
 def load_one(args, settings: Settings | None = None) -> Loaded:
     """The pipeline `args.file` names; its secrets stay on `args` so that `cli.main`
-    masks them in any error the command then raises."""
-    loaded = load_file(args.file, settings=settings_of(args) if settings is None else settings)
+    masks them in any error the command then raises, its environment's settings for `session`."""
+    args.settings = settings_of(args) if settings is None else settings
+    loaded = load_file(args.file, settings=args.settings)
     args.secrets = loaded.pipeline.secret_values
     return loaded
+
+
+def session(args, app_name: str):
+    """The SparkSession of a command that read its pipeline with `load_one`: a JVM started
+    here gets the environment's `session:` settings (master, driver memory)."""
+    from ingest.platform.session import get_session
+
+    return get_session(app_name, local_conf=args.settings.session_conf)
 
 
 def positive_int(text: str) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from ingest.cli.options import load_one, offsets_json, pipeline_file, timestamp_ms
+from ingest.cli.options import load_one, offsets_json, pipeline_file, session, timestamp_ms
 from ingest.cli.output import OK
 from ingest.spec.settings import mask
 
@@ -30,12 +30,11 @@ def add(commands, parents) -> None:
 
 
 def run(args) -> int:
-    from ingest.platform.session import get_session
     from ingest.stream.replay import replay, resolve_range
 
     pipeline = load_one(args).pipeline
     secrets = pipeline.secret_values
-    spark = get_session("ingest-replay")
+    spark = session(args, "ingest-replay")
     span = resolve_range(spark, pipeline, args.from_timestamp, args.to_timestamp, args.from_offsets)
     print(f"note: replaying {span.records} offsets: {span.describe()}", file=sys.stderr)
     reports = replay(spark, pipeline, span, on_report=lambda r: print(mask(r.line(), secrets), flush=True))

@@ -59,11 +59,11 @@ def run(args) -> int:
               "allow_data_loss), and a broker that does not answer shows only as a slow, failed query",
               file=sys.stderr)
     return _supervise(pipelines, args.once, args.secrets, preflight=not args.no_preflight,
-                      fail_fast=args.fail_fast, remote=args.remote)
+                      fail_fast=args.fail_fast, remote=args.remote, local_conf=settings.session_conf)
 
 
 def _supervise(pipelines, once: bool, secrets, preflight: bool = True, fail_fast: bool = False,
-               remote: str | None = None) -> int:
+               remote: str | None = None, local_conf=None) -> int:
     import signal
     import threading
 
@@ -74,7 +74,7 @@ def _supervise(pipelines, once: bool, secrets, preflight: bool = True, fail_fast
     supervisor = Supervisor(pipelines, once, on_report=progress.batch, on_note=progress.note,
                             preflight=preflight, fail_fast=fail_fast)
     # the JVM starts while the leases and the preflight run; then Delta's MERGE warms up
-    session = SessionStart("ingest-run", warm_up=True, remote=remote)
+    session = SessionStart("ingest-run", warm_up=True, remote=remote, local_conf=local_conf)
     supervisor.claim()  # needs no Spark: a second copy or a dead broker fails in a second
     stopped_by = []
 

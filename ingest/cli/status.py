@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ingest.cli.options import load_one, pipeline_file
+from ingest.cli.options import load_one, pipeline_file, session
 from ingest.cli.output import CHECK_FAILED, OK, audit_figure, render_per_table, to_json
 from ingest.spec.settings import mask
 from ingest.spec.template import is_per_topic
@@ -26,16 +26,14 @@ def add(commands, parents) -> None:
 
 def run(args) -> int:
     from ingest.audit.status import status
-    from ingest.platform.session import get_session
-
     pipeline = load_one(args).pipeline
     if is_per_topic(pipeline):
         from ingest.audit.per_table import status_per_table
 
-        report: Any = status_per_table(get_session("ingest-status"), pipeline)
+        report: Any = status_per_table(session(args, "ingest-status"), pipeline)
         text = to_json(report.to_dict()) if args.json else render_per_table(report, render_status)
     else:
-        report = status(get_session("ingest-status"), pipeline)
+        report = status(session(args, "ingest-status"), pipeline)
         text = to_json(report.to_dict()) if args.json else render_status(report)
     print(mask(text, pipeline.secret_values))
     return OK if report.ok else CHECK_FAILED

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from ingest.cli.options import load_one, pipeline_file
+from ingest.cli.options import load_one, pipeline_file, session
 from ingest.cli.output import CHECK_FAILED, OK, render_per_table, to_json
 from ingest.spec.settings import mask
 
@@ -23,10 +23,8 @@ def add(commands, parents) -> None:
 
 def run(args) -> int:
     from ingest.audit.dispatch import verify_pipeline
-    from ingest.platform.session import get_session
-
     pipeline = load_one(args).pipeline
-    report = verify_pipeline(get_session("ingest-verify"), pipeline)
+    report = verify_pipeline(session(args, "ingest-verify"), pipeline)
     text = to_json(report.to_dict()) if args.json else render_any_verify(report)
     print(mask(text, pipeline.secret_values))
     return OK if report.ok else CHECK_FAILED

@@ -140,9 +140,12 @@ def _configured(builder, settings: dict[str, str]):
 
 
 def get_session(app_name: str = "ingest", conf: dict[str, str] | None = None,
-                master: str | None = None, remote: str | None = None):
+                master: str | None = None, remote: str | None = None,
+                local_conf: Mapping[str, str] | None = None):
     """The active SparkSession if there is one (used as is), else a new configured one;
-    a Spark Connect session when `remote` or SPARK_REMOTE names a server (`platform.connect`)."""
+    a Spark Connect session when `remote` or SPARK_REMOTE names a server (`platform.connect`).
+    `local_conf` (conf/<env>.yaml's `session:`: the master, the driver's heap) applies only to
+    a JVM started here, never under spark-submit or on Databricks, whose own settings stand."""
     from pyspark.sql import SparkSession
 
     from ingest.platform.connect import connect_session, remote_url
@@ -156,7 +159,7 @@ def get_session(app_name: str = "ingest", conf: dict[str, str] | None = None,
     _check_jar_mode()
     local = not (on_databricks() or under_spark_submit())
     settings = {"spark.app.name": app_name, **DELTA_CONF, **DRIVER_DEFAULTS, **jar_conf(),
-                **(LOCAL_DEFAULTS if local else {}), **(conf or {})}
+                **({**LOCAL_DEFAULTS, **(local_conf or {})} if local else {}), **(conf or {})}
     if local:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         # Python workers (the avro/protobuf decoders) need the driver's packages:
@@ -238,10 +241,11 @@ class SessionStart:
     work fails, the caller exits without waiting: pyspark kills a launched JVM at exit."""
 
     def __init__(self, app_name: str, conf: dict[str, str] | None = None, warm_up: bool = False,
-                 remote: str | None = None):
+                 remote: str | None = None, local_conf: Mapping[str, str] | None = None):
         from ingest.platform.connect import remote_url
 
         self._session = None
+        self._local_conf = local_conf
         self._remote = remote_url(remote)
         self._warm_up = warm_up
         self._error: BaseException | None = None
@@ -257,7 +261,7 @@ class SessionStart:
                 self._session = connect_session(self._remote, app_name, conf)
                 return
             fresh = existing_session() is None and not (on_databricks() or under_spark_submit())
-            self._session = get_session(app_name, conf)
+            self._session = get_session(app_name, conf, local_conf=self._local_conf)
             if self._warm_up and fresh:
                 from ingest.platform import warm_up
 

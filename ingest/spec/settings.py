@@ -26,7 +26,15 @@ SECRET_KEY = re.compile(
     re.IGNORECASE,
 )
 VAR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-CONF_KEYS = ("vars", "secrets", "secret_scope")
+CONF_KEYS = ("vars", "secrets", "secret_scope", "session")
+# `session:`, for a session ingest starts itself (not spark-submit's, not Databricks'): key ->
+# the Spark setting it becomes
+SESSION_KEYS = {"master": "spark.master", "driver_memory": "spark.driver.memory", "conf": ""}
+LOCAL_MASTER = re.compile(r"local(\[(\*|[1-9][0-9]*)\])?")
+MEMORY = re.compile(r"([1-9][0-9]*)([kmgt])", re.IGNORECASE)
+MEMORY_MIB = {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}
+# Spark refuses a driver heap under 450 MiB (1.5 times its 300 MiB reserve) at start
+MIN_DRIVER_MIB = 512
 YAML_SUFFIXES = (".yaml", ".yml")  # both name pipeline and conf files
 
 SecretReader = Callable[[str, str], "str | None"]
@@ -43,6 +51,7 @@ class Settings:
     secret_names: frozenset[str] = frozenset()
     secret_scope: str | None = None
     scope_keys: Mapping[str, str] = field(default_factory=dict)  # variable -> key in the scope
+    session_conf: Mapping[str, str] = field(default_factory=dict)  # spark.master, spark.driver.memory
 
     def places(self, name: str) -> str:
         """Where `name` was looked for, for a missing-variable message."""
@@ -198,7 +207,8 @@ class _ConfCheck:
             scope = None
         names, scope_keys = self.secrets(raw.get("secrets"), scope)
         variables = self.variables(raw.get("vars"), names)
-        return Settings(env, self.index.file, True, variables, frozenset(names), scope, scope_keys)
+        session = self.session(raw.get("session"))
+        return Settings(env, self.index.file, True, variables, frozenset(names), scope, scope_keys, session)
 
     def top(self, raw: Any) -> dict:
         if raw is None:
@@ -240,6 +250,65 @@ class _ConfCheck:
             self.add("wrong_type", path, "expected a single value (text or number)")
             return False
         return True
+
+    def session(self, raw: Any) -> dict[str, str]:
+        """`session: {master: local[N], driver_memory: 4g}` as the Spark settings they become."""
+        if raw is None:
+            return {}
+        if not isinstance(raw, dict):
+            self.add("wrong_type", "session", f"expected a mapping with keys {', '.join(SESSION_KEYS)}")
+            return {}
+        conf = {}
+        for key, value in raw.items():
+            path = join("session", key)
+            if key not in SESSION_KEYS:
+                self.add("unknown_key", path, f"unknown key; expected one of {', '.join(SESSION_KEYS)}")
+            elif key == "conf":
+                conf.update(self.start_conf(value))
+            elif self.session_value(path, key, value):
+                conf[SESSION_KEYS[key]] = str(value)
+        return conf
+
+    def start_conf(self, raw: Any) -> dict[str, str]:
+        """`session.conf`: Spark settings read when the application starts (a Hadoop file system's,
+        a Delta log store's), which a pipeline's `spark_conf` comes too late for."""
+        if raw is None:
+            return {}
+        if not isinstance(raw, dict):
+            self.add("wrong_type", "session.conf", "expected a mapping of spark.<setting>: value")
+            return {}
+        conf = {}
+        for key, value in raw.items():
+            path = join("session.conf", key)
+            if not isinstance(key, str) or not key.startswith("spark."):
+                self.add("bad_value", path, f"{key!r} is not a Spark setting; expected spark.<setting>")
+            elif key in SESSION_KEYS.values():
+                name = next(k for k, v in SESSION_KEYS.items() if v == key)
+                self.add("bad_value", path, f"{key} is set by session.{name}; expected it there")
+            elif is_secret_key(key):
+                self.add("bad_value", path, "a secret's value is written in the conf file; expected it "
+                         "from the environment (e.g. AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY) or the "
+                         "machine's role")
+            elif isinstance(value, (dict, list)) or value is None:
+                self.add("wrong_type", path, "expected a single value (text, number or boolean)")
+            else:
+                conf[key] = _conf_text(value)
+        return conf
+
+    def session_value(self, path: str, key: str, value: Any) -> bool:
+        text = str(value) if isinstance(value, (str, int)) and not isinstance(value, bool) else ""
+        if key == "master":
+            if LOCAL_MASTER.fullmatch(text):
+                return True
+            self.add("bad_value", path, f"{value!r}; expected local, local[N] (N threads) or local[*] "
+                     "(one per core); a cluster's master is spark-submit's --master")
+            return False
+        size = MEMORY.fullmatch(text)
+        if size and int(size.group(1)) * MEMORY_MIB[size.group(2).lower()] >= MIN_DRIVER_MIB:
+            return True
+        self.add("bad_value", path, f"{value!r}; expected a JVM heap size of at least {MIN_DRIVER_MIB}m "
+                 "with its unit: 512m, 2g, 4g")
+        return False
 
     def secrets(self, raw: Any, scope: str | None) -> tuple[set[str], dict[str, str]]:
         """`secrets: [NAME, ...]` (from the environment) or `{NAME: scope key}` (Databricks)."""

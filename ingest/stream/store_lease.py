@@ -20,9 +20,19 @@ import json
 import threading
 import time
 from dataclasses import asdict
-from typing import Any
+from typing import Any, Callable
 
-from ingest.stream.lease import HEARTBEAT_S, LEASE_FILE, STALE_AFTER_S, AlreadyRunning, Holder, live, new_holder
+from ingest.stream.lease import (
+    HEARTBEAT_S,
+    LEASE_FILE,
+    AlreadyRunning,
+    Holder,
+    live,
+    new_holder,
+    running,
+    visible,
+    wait_out,
+)
 
 
 def _conditional_files(spark) -> Any | None:
@@ -52,8 +62,10 @@ def conditional_create(spark, location: str) -> bool | None:
 
 
 class StoreLease:
-    def __init__(self, pipeline: str, checkpoint: str, spark):
+    def __init__(self, pipeline: str, checkpoint: str, spark, on_note: Callable[[str], None] | None = None):
+        """`on_note` hears that this copy waits for the lease of a holder it cannot see."""
         self.pipeline = pipeline
+        self.on_note = on_note
         self.files = _conditional_files(spark)
         self.path, self.fs = _file_system(spark, f"{checkpoint.rstrip('/')}/{LEASE_FILE}")
         self.me = new_holder()
@@ -72,8 +84,13 @@ class StoreLease:
                 continue
             holder = _holder(there[0])
             if holder is not None and holder.token != self.me.token and live(holder):
-                raise AlreadyRunning(f"{self.pipeline} is already running ({holder.describe()}); "
-                                     f"stop it first, or wait {STALE_AFTER_S:.0f}s if it crashed")
+                if visible(holder):
+                    raise running(self.pipeline, holder)
+                # a new pod after an OOM kill: the dead holder's heartbeat goes stale, then take it
+                wait_out(self.pipeline, holder, self._read, self.on_note)
+                there = self.files.read(self.fs, self.path)
+                if there is None:
+                    continue
             taken = self.files.replaceIfMatch(self.fs, self.path, self._record(), there[1])
             if taken is None:
                 raise AlreadyRunning(f"{self.pipeline} was started twice at once; the other copy won "
@@ -107,6 +124,10 @@ class StoreLease:
                 self.lost = True
                 return
             self.etag = etag
+
+    def _read(self) -> Holder | None:
+        there = self.files.read(self.fs, self.path)
+        return _holder(there[0]) if there is not None else None
 
     def _record(self) -> bytearray:
         return bytearray(json.dumps({**asdict(self.me), "heartbeat": time.time()}).encode())

@@ -92,7 +92,7 @@ class Supervisor:
             raise SpecErrors(shared)
         try:
             for pipeline in self.pipelines:
-                lease = Lease(pipeline.name, pipeline.checkpoint)
+                lease = Lease(pipeline.name, pipeline.checkpoint, on_note=self.on_note)
                 lease.acquire()
                 self.running.append(_Running(pipeline, lease, {}))
                 if self.preflight:
@@ -131,7 +131,7 @@ class Supervisor:
                 continue
             offered = conditional_create(self.spark, checkpoint)
             if offered:
-                lease = StoreLease(run.pipeline.name, checkpoint, self.spark)
+                lease = StoreLease(run.pipeline.name, checkpoint, self.spark, on_note=self.on_note)
                 lease.acquire()
                 run.lease = lease
                 continue

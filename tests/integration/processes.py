@@ -38,8 +38,10 @@ class IngestProcess:
     """One `ingest run` in its own process group, its output in a log file."""
 
     def __init__(self, pipeline_file: Path | list[Path], bootstrap: str, log: Path, *, once: bool = True,
-                 fault: str | None = None, extra_env: dict | None = None, extra_args: tuple[str, ...] = ()):
-        """`pipeline_file`: one file, or several for one application running them all."""
+                 fault: str | None = None, extra_env: dict | None = None, extra_args: tuple[str, ...] = (),
+                 prefix: tuple[str, ...] = ()):
+        """`pipeline_file`: one file, or several for one application running them all; `prefix`:
+        a command that execs the rest (a namespace of its own), so the pid stays ingest's."""
         env = {**os.environ, "KAFKA_BOOTSTRAP": bootstrap, "PYTHONUNBUFFERED": "1",
                **(extra_env or {})}
         env.pop("INGEST_FAULT", None)
@@ -47,7 +49,8 @@ class IngestProcess:
             env["INGEST_FAULT"] = fault
             env["INGEST_FAULT_CONFIRM"] = "crash"  # armed on purpose (ingest.batch.commit.faults)
         files = [str(f) for f in (pipeline_file if isinstance(pipeline_file, list) else [pipeline_file])]
-        command = [sys.executable, "-m", "ingest", "run", *files] + (["--once"] if once else []) + list(extra_args)
+        command = [*prefix, sys.executable, "-m", "ingest", "run", *files, *(["--once"] if once else []),
+                   *extra_args]
         self.log = log
         with open(log, "ab") as out:
             self.process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,

@@ -121,3 +121,39 @@ def test_mask_mapping_masks_by_key_at_any_depth():
 
 def test_settings_default_is_local():
     assert Settings().env == "local"
+
+
+# --- session: the master and the driver's memory of a session ingest starts -----------------
+
+
+def test_the_session_settings_become_spark_settings():
+    text = ("vars: {}\nsession:\n  master: local[2]\n  driver_memory: 3g\n"
+            "  conf:\n    spark.hadoop.fs.s3a.endpoint.region: eu-west-1\n    spark.ui.enabled: false\n")
+    settings = settings_from_text(text, "conf/prod.yaml", "prod")
+    assert settings.session_conf == {"spark.master": "local[2]", "spark.driver.memory": "3g",
+                                     "spark.hadoop.fs.s3a.endpoint.region": "eu-west-1",
+                                     "spark.ui.enabled": "false"}
+    assert settings_from_text("session:\n  master: local[*]\n", "conf/x.yaml", "x").session_conf == \
+        {"spark.master": "local[*]"}
+    assert settings_from_text(CONF, "conf/x.yaml", "x").session_conf == {}
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ("session:\n  master: yarn\n", ("bad_value", "session.master", 2)),
+    ("session:\n  master: local[0]\n", ("bad_value", "session.master", 2)),
+    ("session:\n  driver_memory: 2 GB\n", ("bad_value", "session.driver_memory", 2)),
+    ("session:\n  driver_memory: 256m\n", ("bad_value", "session.driver_memory", 2)),
+    ("session:\n  driver_memory: 2048\n", ("bad_value", "session.driver_memory", 2)),
+    ("session:\n  executor_memory: 2g\n", ("unknown_key", "session.executor_memory", 2)),
+    ("session: local[2]\n", ("wrong_type", "session", 1)),
+    ("session:\n  conf:\n    fs.s3a.endpoint: x\n", ("bad_value", "session.conf.fs.s3a.endpoint", 3)),
+    ("session:\n  conf:\n    spark.driver.memory: 4g\n", ("bad_value", "session.conf.spark.driver.memory", 3)),
+    ("session:\n  conf:\n    spark.hadoop.fs.s3a.secret.key: abc\n",
+     ("bad_value", "session.conf.spark.hadoop.fs.s3a.secret.key", 3)),
+    ("session:\n  conf: [a]\n", ("wrong_type", "session.conf", 2)),
+])
+def test_a_bad_session_setting_names_its_line_and_key(text, problem):
+    with pytest.raises(SpecErrors) as raised:
+        settings_from_text(text, "conf/x.yaml", "x")
+    assert [(p.code, p.path, p.line) for p in raised.value.problems] == [problem]
+    assert raised.value.problems[0].file == "conf/x.yaml"
