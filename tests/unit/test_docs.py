@@ -136,6 +136,7 @@ def defaults() -> dict[str, object]:
         "source.kafka.allow_data_loss": k.allow_data_loss,
         "source.kafka.options": k.options,
         "source.format": p.source.format,
+        "source.unknown_fields": p.source.unknown_fields,
         "schema_evolution": p.schema_evolution,
         "target.mode": p.target.mode,
         "target.deletes": p.target.deletes,

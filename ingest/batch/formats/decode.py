@@ -9,14 +9,20 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from ingest.batch.staged import NULL_VALUE, RAW, RAW_FIELDS, REASON, STAGE
+from ingest.batch.staged import NULL_VALUE, RAW, RAW_FIELDS, REASON, STAGE, UNKNOWN_FIELDS
 
 _CORRUPT = "__corrupt"
 
 
-def decode(raw: DataFrame, fmt: str, schema) -> DataFrame:
+def decode(raw: DataFrame, fmt: str, schema, unknown_fields: str = "ignore") -> DataFrame:
     """Columns RAW, STAGE, REASON, then the payload columns. `schema` is the JSON
-    payload's StructType, or for avro and protobuf the run's `SchemaDecoder`."""
+    payload's StructType, or for avro and protobuf the run's `SchemaDecoder`.
+    `unknown_fields` (json): what a top-level field the schema does not name does; with
+    warn, RAW carries their names (UNKNOWN_FIELDS) for the batch's count."""
+    if fmt == "json" and unknown_fields != "ignore":
+        return _decode_json(raw.select(F.struct(*[F.col(c) for c in RAW_FIELDS], *(
+            [_unknown(F.col("value").cast("string"), schema).alias(UNKNOWN_FIELDS)]
+            if unknown_fields == "warn" else [])).alias(RAW)), schema, unknown_fields)
     with_raw = raw.select(F.struct(*[F.col(c) for c in RAW_FIELDS]).alias(RAW))
     if fmt in ("avro", "protobuf"):
         return schema.decode(with_raw, RAW, STAGE, REASON)
@@ -32,13 +38,38 @@ def _ok(frame: DataFrame, *payload: Column) -> DataFrame:
                         F.lit(None).cast("string").alias(REASON), *payload)
 
 
-def _decode_json(frame: DataFrame, schema: StructType) -> DataFrame:
+def _unknown(text: Column, schema: StructType) -> Column:
+    """The record's top-level fields the schema does not name, ", "-joined; null if none
+    (or not a JSON object). Costs a second, shallow parse of each record."""
+    names = F.array(*[F.lit(f.name) for f in schema.fields])
+    unknown = F.array_except(F.json_object_keys(text), names)
+    return F.when(F.size(unknown) > 0, F.array_join(unknown, ", "))
+
+
+def _unknown_reason(text: Column, schema: StructType) -> Column:
+    """The dead letter's reason: each unknown field, with the schema's name it may mean."""
+    names = F.array(*[F.lit(f.name) for f in schema.fields])
+
+    def hinted(name: Column) -> Column:
+        near = F.filter(names, lambda known: F.levenshtein(F.lower(name), F.lower(known)) <= 3)
+        return F.concat(name, F.coalesce(F.concat(F.lit(" (did you mean "), F.get(near, 0), F.lit("?)")),
+                                         F.lit("")))
+
+    unknown = F.array_except(F.json_object_keys(text), names)
+    return F.concat(F.lit("fields the schema does not name: "), F.array_join(F.transform(unknown, hinted), ", "),
+                    F.lit("; expected only the schema's fields (source.unknown_fields: dead_letter)"))
+
+
+def _decode_json(frame: DataFrame, schema: StructType, unknown_fields: str = "ignore") -> DataFrame:
     parse_schema = StructType([f.__class__(f.name, f.dataType, True) for f in schema.fields])
     parse_schema = parse_schema.add(_CORRUPT, "string")
     text = F.col(f"{RAW}.value").cast("string")
     parsed = frame.select(RAW, F.from_json(text, parse_schema,
                                            {"columnNameOfCorruptRecord": _CORRUPT}).alias("p"))
     failures = _json_failures(schema, text)
+    if unknown_fields == "dead_letter":  # before the missing fields: a misspelt name explains both
+        unknown = F.array_except(F.json_object_keys(text), F.array(*[F.lit(f.name) for f in schema.fields]))
+        failures.insert(3, (F.size(unknown) > 0, _unknown_reason(text, schema)))
     failed = F.lit(False)
     for condition, _ in failures:
         failed = failed | condition

@@ -69,3 +69,40 @@ def test_the_counting_pass_does_not_compute_the_reason(spark):
     assert "from_json" in plan
     assert "get_json_object" not in plan
     assert slim(decoded).where(F.col(STAGE) == "decode").count() == 1
+
+
+def policy(spark, unknown_fields: str, *values: bytes):
+    schema = spark.createDataFrame([], SCHEMA).schema
+    return decode(raw(spark, *values), "json", schema, unknown_fields).orderBy(F.col("__raw.offset"))
+
+
+MISSPELT = json.dumps({"shipment_id": "s1", "weight": 2.5, "colour": "red"}).encode()
+
+
+def test_unknown_fields_dead_letter_names_them_with_the_field_they_may_mean(spark):
+    rows = policy(spark, "dead_letter", MISSPELT, record(weight_kg=2.5)).collect()
+    assert [(r[STAGE], r[REASON]) for r in rows] == [
+        ("decode", "fields the schema does not name: weight (did you mean weight_kg?), colour; expected only "
+                   "the schema's fields (source.unknown_fields: dead_letter)"),
+        (None, None)]
+
+
+def test_unknown_fields_warn_merges_the_record_and_the_batch_counts_it(spark):
+    from ingest.batch.processor import staged_records, summarize
+    from ingest.spec.model import DeadLetter, KafkaSource, Pipeline, Source, Target, Uid
+
+    pipeline = Pipeline("shipments", Source(KafkaSource("localhost:9092", ("shipments",)), schema=SCHEMA),
+                        Uid(coordinates=True), Target(path="/unused"), "/unused", DeadLetter(path="/unused"))
+    decoded = policy(spark, "warn", MISSPELT, record(weight_kg=2.5), MISSPELT)
+    assert [r[STAGE] for r in decoded.collect()] == [None, None, None]
+    summary = summarize(slim(staged_records(decoded, pipeline)), pipeline)
+    assert (summary.unknown_fields, summary.unknown_example) == (2, "weight, colour")
+    ignored = summarize(slim(staged_records(policy(spark, "ignore", MISSPELT), pipeline)), pipeline)
+    assert ignored.unknown_fields == 0
+
+
+def test_a_missing_not_null_field_is_a_dead_letter_whatever_the_policy(spark):
+    missing = json.dumps({"weight_kg": 2.5}).encode()
+    for unknown_fields in ("ignore", "warn"):
+        assert [r[REASON] for r in policy(spark, unknown_fields, missing).collect()] == [
+            "missing required field 'shipment_id' (the column is NOT NULL)"]
