@@ -94,6 +94,7 @@ class BatchReport:
     summary: BatchSummary
     merged: MergeResult
     seconds: float
+    dead_letters_at: str | None = None  # where the run's reader finds them (set by the stream layer)
 
     def line(self) -> str:
         s, m = self.summary, self.merged
@@ -104,8 +105,13 @@ class BatchReport:
         return (f"{self.pipeline} batch {self.batch_id}: read {s.read}, merged {s.unique} "
                 f"(inserted {m.inserted}, updated {m.updated}, deleted {m.deleted}, "
                 f"unchanged {unchanged}), "
-                f"dead letters {s.dead_letters} ({stages}), filtered {s.by_stage.get('filtered', 0)}, "
+                f"dead letters {s.dead_letters} ({stages}){_in(self.dead_letters_at, s.dead_letters)}, "
+                f"filtered {s.by_stage.get('filtered', 0)}, "
                 f"{self.seconds:.1f}s, offsets {offsets}{_unknown_note(s)}")
+
+
+def _in(location: str | None, dead_letters: int) -> str:
+    return f" in {location}" if location and dead_letters else ""
 
 
 def _unknown_note(s: BatchSummary) -> str:

@@ -173,6 +173,8 @@ CDC_ENCODINGS = (
 class DeadLetter:
     path: str | None = None
     table: str | None = None
+    # a batch with a larger share of dead letters fails the run (exit 1); None: never
+    max_share: float | None = None
 
     @property
     def location(self) -> str:

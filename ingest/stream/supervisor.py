@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from ingest.batch.lost_ranges import record_lost
@@ -29,11 +29,12 @@ from ingest.platform.connect import (
     unreachable,
 )
 from ingest.platform.session import on_databricks
-from ingest.spec.locations import shared_locations
+from ingest.spec.locations import shared_locations, shown_location
 from ingest.spec.model import Pipeline
 from ingest.spec.sql_check import check_sql
 from ingest.stream import recovery
 from ingest.stream.connect_reports import LedgerReports, worker_failure
+from ingest.stream.dead_letter_share import over_share, over_share_message
 from ingest.stream.lease import Lease
 from ingest.stream.log_store import single_driver_warning
 from ingest.stream.maintenance import OptimizeSchedule
@@ -64,6 +65,7 @@ class _Running:
     ledger_reports: LedgerReports | None = None  # on Spark Connect, where the reports come from
     session: Any = None  # on Spark Connect, the pipeline's own (`pipeline_session`)
     batches: int = 0
+    over_share: tuple | None = None  # (batch id, end offsets, message): dead_letter.max_share exceeded
 
 
 class Supervisor:
@@ -159,10 +161,15 @@ class Supervisor:
 
     def _reported(self, running: _Running, report: BatchReport) -> None:
         running.batches += 1
+        report = replace(report, dead_letters_at=shown_location(running.pipeline.dead_letter.location))
         if self.metrics is not None:
             self.metrics.observe(report)
         running.catch_up.advance(report.summary.end_offsets)
         self.on_report(report, running.catch_up)
+        if running.over_share is None and over_share(running.pipeline, report):
+            # the query is stopped from the polling thread (`_poll`), not from the batch's
+            running.over_share = (report.batch_id, report.summary.end_offsets,
+                                  over_share_message(running.session or self.spark, running.pipeline, report))
         if running.optimize is not None and running.optimize.due():
             if self._maintenance is None:
                 self._maintenance = ThreadPoolExecutor(1, thread_name_prefix="ingest-maintenance")
@@ -211,6 +218,8 @@ class Supervisor:
         for run in self.running:
             if run.pipeline.name in outcomes:
                 continue
+            if run.over_share is not None and run.query.isActive:
+                run.query.stop()
             _await(run.query, poll_s / max(1, len(self.running)))
             active = run.query.isActive
             if run.ledger_reports is not None:  # after isActive: a query ended has no batch to come
@@ -279,6 +288,9 @@ class Supervisor:
                 run.session = None
 
     def _outcome(self, run: _Running) -> Outcome:
+        if run.over_share is not None:
+            batch_id, offsets, text = run.over_share
+            return Outcome(run.pipeline.name, run.batches, text, batch_id, offsets)
         try:
             error = run.query.exception()
         except Exception as lost:  # the JVM went away between isActive and here

@@ -137,6 +137,7 @@ def defaults() -> dict[str, object]:
         "source.kafka.options": k.options,
         "source.format": p.source.format,
         "source.unknown_fields": p.source.unknown_fields,
+        "dead_letter.max_share": p.dead_letter.max_share,
         "schema_evolution": p.schema_evolution,
         "target.mode": p.target.mode,
         "target.deletes": p.target.deletes,

@@ -26,3 +26,13 @@ def test_records_with_unknown_fields_are_counted_in_the_line():
     assert BatchReport("p", 0, summary, MergeResult(3, 0), 1.0).line().endswith(
         "; 2 record(s) with fields the schema does not name (e.g. weight), merged without them "
         "(source.unknown_fields: warn)")
+
+
+def test_the_line_says_where_the_dead_letters_are():
+    summary = BatchSummary(read=3, unique=1, by_stage={"uid": 2}, start_offsets={"t": {0: 0}},
+                           end_offsets={"t": {0: 3}}, bounds={})
+    report = BatchReport("p", 0, summary, MergeResult(1, 0), 1.0, dead_letters_at="/data/p_dead_letter")
+    assert "dead letters 2 (decode 0, transform 0, uid 2) in /data/p_dead_letter, filtered 0" in report.line()
+    clean = BatchSummary(read=1, unique=1, by_stage={}, start_offsets={"t": {0: 0}}, end_offsets={"t": {0: 1}},
+                         bounds={})
+    assert " in /data" not in BatchReport("p", 0, clean, MergeResult(1, 0), 1.0, dead_letters_at="/data/x").line()
