@@ -281,3 +281,13 @@ def test_the_architecture_map_lists_every_module_and_only_those():
     assert not listed - modules, f"listed in docs/architecture.md, not in ingest/: {sorted(listed - modules)}"
     unlisted = {path for path in modules - listed if not path.endswith("/__init__.py") or path == "ingest/__init__.py"}
     assert not unlisted, f"modules docs/architecture.md does not list: {sorted(unlisted)}"
+
+
+def test_the_first_pipeline_guide_shows_the_table_and_its_sql_as_plan_prints_them():
+    """issue 54.4: the guide says how to read the table, with the absolute path `plan` prints."""
+    from ingest.cli.plan import _where
+
+    guide = (REPO / "docs" / "first-pipeline.md").read_text()
+    shown = re.search(r"\n  (Delta table at (/\S+)\n  read it: .*)\n", guide)
+    assert shown, "first-pipeline.md shows no table with its SQL"
+    assert shown.group(1) == _where(shown.group(2), None).replace("\n", "\n  ")
