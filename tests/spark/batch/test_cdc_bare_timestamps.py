@@ -23,7 +23,8 @@ def change(n: int, connector: str, orderdate) -> bytes:
 
 def decoded(spark, *changes: bytes, **encodings: str) -> list:
     rows = [("t", 0, n, datetime(2026, 1, 1), str(n).encode(), value, None) for n, value in enumerate(changes)]
-    frame = decode_envelope(spark.createDataFrame(rows, KAFKA), Cdc(key=("id",), encodings=encodings), StructType.fromDDL(ROW))
+    cdc = Cdc(key=("id",), encodings=encodings)
+    frame = decode_envelope(spark.createDataFrame(rows, KAFKA), cdc, StructType.fromDDL(ROW))
     return [(r["orderdate"], r["__reason"]) for r in frame.orderBy("__raw.offset").collect()]
 
 
@@ -44,7 +45,8 @@ def test_a_magnitude_of_another_unit_is_a_dead_letter_saying_what_to_set(spark):
         "`ingest replay` over the dead-lettered range brings these changes back"))
     assert got[1] == (None, (
         "column orderdate: value '1548936781000000' is not read as io.debezium.time.Timestamp (milliseconds "
-        "since the epoch), the mysql connector's default for a bare payload; its magnitude is that of io.debezium.time.MicroTimestamp: set "
+        "since the epoch), the mysql connector's default for a bare payload; its magnitude is that of "
+        "io.debezium.time.MicroTimestamp: set "
         "cdc.encodings.orderdate: io.debezium.time.MicroTimestamp, then `ingest replay` over the "
         "dead-lettered range brings these changes back"))
 
