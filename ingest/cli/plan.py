@@ -149,10 +149,20 @@ def _target(pipeline: Pipeline) -> str:
         lines.append(f"dedup horizon: a duplicate's {h.column} is within {h.within} "
                      f"({h.within_seconds} s) of the original's")
     lines.append(f"columns: _uid, the payload{' after transform' if pipeline.transform else ''}, "
-                 f"{INGEST_COLUMNS_TEXT}")
+                 f"{INGEST_COLUMNS_TEXT}{_change_columns(pipeline)}")
     lines.append(f"checkpoint: {shown_location(pipeline.checkpoint)}")
     lines.append(f"trigger: {_trigger_text(pipeline)}")
     return "\n".join(lines)
+
+
+def _change_columns(pipeline: Pipeline) -> str:
+    """The columns changes add (contract.md, "Tables it writes")."""
+    if not pipeline.applies_deletes:
+        return ""
+    columns = ["_sequence", "_op"] + (["_deleted"] if pipeline.target.deletes == "soft" else [])
+    if pipeline.target.history:
+        columns += ["_valid_from", "_valid_to", "_current"]
+    return ", " + ", ".join(columns)
 
 
 def _uid_text(pipeline: Pipeline) -> str:

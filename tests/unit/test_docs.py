@@ -291,3 +291,19 @@ def test_the_first_pipeline_guide_shows_the_table_and_its_sql_as_plan_prints_the
     shown = re.search(r"\n  (Delta table at (/\S+)\n  read it: .*)\n", guide)
     assert shown, "first-pipeline.md shows no table with its SQL"
     assert shown.group(1) == _where(shown.group(2), None).replace("\n", "\n  ")
+
+
+def test_the_pages_agree_on_the_cdc_defaults_and_columns():
+    """issue 54.5: what contract.md, the example pipeline and databricks.md said against cdc.md
+    and the code."""
+    from ingest.spec.columns import CHANGE_COLUMNS
+
+    contract = CONTRACT.read_text()
+    sequence_comment = next(line for line in contract.splitlines() if line.strip().startswith("sequence:"))
+    assert "connector's own position" in sequence_comment and "else ts_ms" not in sequence_comment
+    assert "_deleted" in CHANGE_COLUMNS
+    assert "with soft deletes `_deleted` (hard deletes remove the row and have none)" in " ".join(contract.split())
+    example = (REPO / "pipelines" / "customers_cdc.yaml").read_text()
+    assert "MySQL has no lsn: ts_ms" not in example and "never ts_ms" in example
+    databricks = " ".join((REPO / "docs" / "databricks.md").read_text().split())
+    assert "treat serverless as not supported" not in databricks

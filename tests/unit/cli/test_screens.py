@@ -189,3 +189,12 @@ def test_help_and_bad_arguments(capsys):
     assert main(["plan"]) == 2
     assert main(["nonsense"]) == 2
     capsys.readouterr()
+
+
+def test_plan_names_on_data_loss_and_the_change_columns(project, capsys):
+    """issue 54.5: plan printed allow_data_loss (the old name) and no cdc columns."""
+    code, out = run(capsys, "plan", "pipelines/customers_cdc.yaml")
+    assert code == 0
+    assert "allow_data_loss" not in out and "\n  on_data_loss: fail\n" in out
+    assert ("columns: _uid, the payload, _topic, _partition, _offset, _kafka_timestamp, _ingested_at, "
+            "_sequence, _op, _deleted, _valid_from, _valid_to, _current\n") in out
