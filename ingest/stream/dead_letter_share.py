@@ -2,8 +2,9 @@
 
 Checked where the batch report is consumed, after the batch committed: its records are
 in the target or the dead letters, nothing is lost, and the next run goes on from the
-next batch. Only a batch over the share pays for its most frequent reason, one
-aggregation over the dead letters it wrote.
+next batch. A batch with dead letters pays for its most frequent reason, one aggregation
+over the dead letters it wrote: for the error over the share, else for a note, read on
+the supervisor's thread beside the next batch.
 """
 
 from __future__ import annotations
@@ -26,8 +27,15 @@ def over_share_message(spark, pipeline: Pipeline, report: BatchReport) -> str:
     return (f"pipeline {pipeline.name} batch {report.batch_id}: {s.dead_letters} of {s.read} records "
             f"({s.dead_letters / s.read:.0%}) are dead letters, more than dead_letter.max_share "
             f"{dead.max_share:g}; the most frequent reason {most_frequent_reason(spark, pipeline, report.batch_id)}; "
-            f"the batch is committed (its dead letters in {where}); the run stops so the cause is fixed "
-            "first, then `ingest replay` over the batch's range brings the records in")
+            f"the batch is committed (its dead letters in {where}, with their raw bytes); the run stops so "
+            "the cause is fixed before more records follow")
+
+
+def dead_letter_note(spark, pipeline: Pipeline, report: BatchReport) -> str:
+    """What a user reads first of a batch's dead letters: where they are and why, mostly."""
+    return (f"{pipeline.name} batch {report.batch_id}: {report.summary.dead_letters} dead letter(s) in "
+            f"{shown_location(pipeline.dead_letter.location)}; the most frequent reason "
+            f"{most_frequent_reason(spark, pipeline, report.batch_id)}")
 
 
 def most_frequent_reason(spark, pipeline: Pipeline, batch_id: int) -> str:
@@ -45,4 +53,4 @@ def most_frequent_reason(spark, pipeline: Pipeline, batch_id: int) -> str:
         return f"could not be read ({type(error).__name__}); see the table"
     if row is None:
         return "is not in the table (written by another copy?)"
-    return f"({row['count']} records): {row['reason']}"
+    return f"({row['count']} record{'' if row['count'] == 1 else 's'}): {row['reason']}"

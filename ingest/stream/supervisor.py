@@ -34,7 +34,7 @@ from ingest.spec.model import Pipeline
 from ingest.spec.sql_check import check_sql
 from ingest.stream import recovery
 from ingest.stream.connect_reports import LedgerReports, worker_failure
-from ingest.stream.dead_letter_share import over_share, over_share_message
+from ingest.stream.dead_letter_share import dead_letter_note, over_share, over_share_message
 from ingest.stream.lease import Lease
 from ingest.stream.log_store import single_driver_warning
 from ingest.stream.maintenance import OptimizeSchedule
@@ -170,10 +170,22 @@ class Supervisor:
             # the query is stopped from the polling thread (`_poll`), not from the batch's
             running.over_share = (report.batch_id, report.summary.end_offsets,
                                   over_share_message(running.session or self.spark, running.pipeline, report))
+        elif report.summary.dead_letters:  # their most frequent reason, read beside the next batch
+            self._beside().submit(self._dead_letter_note, running, report)
         if running.optimize is not None and running.optimize.due():
-            if self._maintenance is None:
-                self._maintenance = ThreadPoolExecutor(1, thread_name_prefix="ingest-maintenance")
-            self._maintenance.submit(self._optimize, running.optimize, report.pipeline)
+            self._beside().submit(self._optimize, running.optimize, report.pipeline)
+
+    def _beside(self) -> ThreadPoolExecutor:
+        if self._maintenance is None:
+            self._maintenance = ThreadPoolExecutor(1, thread_name_prefix="ingest-maintenance")
+        return self._maintenance
+
+    def _dead_letter_note(self, running: _Running, report: BatchReport) -> None:
+        try:
+            self.on_note(dead_letter_note(running.session or self.spark, running.pipeline, report))
+        except Exception as error:  # a note only: the batch line said where they are
+            self.on_note(f"{report.pipeline} batch {report.batch_id}: the dead letters' reasons could not be read: "
+                         f"{first_line(error, None)}")
 
     def _optimize(self, schedule: OptimizeSchedule, pipeline: str) -> None:
         """Beside the batches, not inside one: compaction that fails (a conflict that

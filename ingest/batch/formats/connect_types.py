@@ -273,8 +273,8 @@ def _timestamp(field: Field, declared: T.DataType, named: Column, parts: Parts) 
                            "is outside years 1-9999 as")
     # what to set, where neither the message nor cdc.encodings names the encoding
     to_set = F.when(named.isNull() & (fits != encoding), F.format_string(
-        f"; its magnitude is that of %s: set cdc.encodings.{field.name}: %s, then `ingest replay` over the "
-        "dead-lettered range brings these changes back", fits, fits)).otherwise(F.lit(""))
+        f"; its magnitude is that of %s: set cdc.encodings.{field.name}: %s for the changes to come (those "
+        "dead-lettered keep their bytes; `ingest replay` skips them)", fits, fits)).otherwise(F.lit(""))
     connector = F.lit("unknown") if field.connector is None else F.coalesce(field.connector, F.lit("unknown"))
     guessed = _reason(field, F.format_string(
         "%s (%s since the epoch), the %s connector's default for a bare payload", encoding, _unit(encoding),

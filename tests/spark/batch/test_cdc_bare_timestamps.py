@@ -41,14 +41,14 @@ def test_a_magnitude_of_another_unit_is_a_dead_letter_saying_what_to_set(spark):
     assert got[0] == (None, (
         "column orderdate: value '1548936781000' is not read as io.debezium.time.MicroTimestamp (microseconds "
         "since the epoch), the postgresql connector's default for a bare payload; its magnitude is that of "
-        "io.debezium.time.Timestamp: set cdc.encodings.orderdate: io.debezium.time.Timestamp, then "
-        "`ingest replay` over the dead-lettered range brings these changes back"))
+        "io.debezium.time.Timestamp: set cdc.encodings.orderdate: io.debezium.time.Timestamp for the changes "
+        "to come (those dead-lettered keep their bytes; `ingest replay` skips them)"))
     assert got[1] == (None, (
         "column orderdate: value '1548936781000000' is not read as io.debezium.time.Timestamp (milliseconds "
         "since the epoch), the mysql connector's default for a bare payload; its magnitude is that of "
         "io.debezium.time.MicroTimestamp: set "
-        "cdc.encodings.orderdate: io.debezium.time.MicroTimestamp, then `ingest replay` over the "
-        "dead-lettered range brings these changes back"))
+        "cdc.encodings.orderdate: io.debezium.time.MicroTimestamp for the changes to come (those "
+        "dead-lettered keep their bytes; `ingest replay` skips them)"))
 
 
 def test_an_encoding_set_is_read_as_set(spark):
