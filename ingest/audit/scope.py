@@ -17,6 +17,7 @@ from ingest.batch.commit import ledger
 from ingest.kafka.checkpoint import initial_offsets, query_id, read_state
 from ingest.kafka.offsets import Offsets
 from ingest.platform import delta
+from ingest.spec.locations import shown_location
 from ingest.spec.model import Pipeline
 
 
@@ -92,7 +93,7 @@ def outside_ledger(pipeline: Pipeline, raw: DataFrame, beyond, target_exists: bo
     ranges = " ".join(f"{t}/{p}:{first}-{end}" for t, parts in sorted(found.items())
                       for p, (first, end) in sorted(parts.items()))
     if not target_exists:
-        return [f"the target {pipeline.target.location} does not exist, but the pipeline has consumed "
+        return [f"the target {shown_location(pipeline.target.location)} does not exist, but the pipeline has consumed "
                 f"{ranges} ({records} record(s); checkpoint or dead-letter ledger): every good record of "
                 "that range is audited as missing"]
     return [f"consumed beyond the target's ledger: {ranges} ({records} record(s)) per the checkpoint or "
@@ -115,8 +116,9 @@ def _starts(spark, pipeline: Pipeline, entries=()) -> tuple[dict, tuple[str, ...
         if topic not in initial and topic not in seeded:
             initial[topic] = parts
     if not initial:
-        return {}, (f"starting_offsets is latest and neither the target's ledger nor {pipeline.checkpoint} "
-                    "holds the pipeline's first start: records from before it are audited too",)
+        return {}, (f"starting_offsets is latest and neither the target's ledger nor "
+                    f"{shown_location(pipeline.checkpoint)} holds the pipeline's first start: records from "
+                    "before it are audited too",)
     return initial, ()
 
 

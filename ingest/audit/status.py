@@ -17,6 +17,7 @@ from ingest.kafka import admin as kafka_admin
 from ingest.kafka.checkpoint import CheckpointState, read_state
 from ingest.kafka.offsets import Offsets
 from ingest.platform.delta import at_location, table_exists
+from ingest.spec.locations import shown_location
 from ingest.spec.model import Pipeline
 
 NOTE, WARNING = "note", "warning"  # a warning is a reason to look: data may be at risk
@@ -94,7 +95,8 @@ def status(spark, pipeline: Pipeline, only_topics: tuple[str, ...] | None = None
     partitions = _partitions(pipeline, marks, state, book.offsets)
     findings = _findings(pipeline, partitions, state, exists, book, kafka_error is None)
     return StatusReport(
-        pipeline=pipeline.name, checkpoint=pipeline.checkpoint, target=pipeline.target.location,
+        pipeline=pipeline.name, checkpoint=shown_location(pipeline.checkpoint),
+        target=shown_location(pipeline.target.location),
         partitions=partitions, last_committed_batch=state.last_committed_batch,
         planned_batch=state.planned_batch, table_exists=exists,
         last_batch=_last_batch(spark, pipeline, book.latest), kafka_error=kafka_error,
@@ -217,14 +219,14 @@ def _overall(pipeline: Pipeline, state: CheckpointState, exists: bool, book: _Le
         return [Finding(NOTE, f"not started yet: the first run reads from {start}")]
     found = []
     if state.empty:
-        found.append(Finding(NOTE, f"no checkpoint at {pipeline.checkpoint}: the next run resumes from "
+        found.append(Finding(NOTE, f"no checkpoint at {shown_location(pipeline.checkpoint)}: the next run resumes from "
                                    "the offsets recorded in the Delta log, with a new app id"))
     if (state.planned_batch is not None and state.planned_batch != state.last_committed_batch):
         found.append(Finding(NOTE, f"batch {state.planned_batch} is planned in the checkpoint but not "
                                    "committed: a run stopped during it; the next run runs it again, and "
                                    "whatever of it reached Delta is skipped by its txn id"))
     if not state.empty and not exists:
-        found.append(Finding(WARNING, f"the target {pipeline.target.location} does not exist but the "
+        found.append(Finding(WARNING, f"the target {shown_location(pipeline.target.location)} does not exist but the "
                                       "checkpoint does: the table was removed; the next run continues "
                                       "from the checkpoint and does not re-read earlier records (remove the "
                                       "checkpoint too to re-ingest)"))

@@ -38,7 +38,7 @@ from ingest.batch.formats.decode import decode
 from ingest.batch.merge import dead_letters
 from ingest.batch.merge import mode as merge_mode
 from ingest.batch.merge.target import MergeResult, target_schema
-from ingest.batch.staged import KEEP, RAW, REASON, STAGE, TOMBSTONE
+from ingest.batch.staged import KEEP, RAW, REASON, STAGE, TOMBSTONE, UNKNOWN_FIELDS
 from ingest.batch.uid import mark_one_per_uid, with_uid
 from ingest.kafka import admin as kafka_admin
 from ingest.kafka import checkpoint as spark_checkpoint
@@ -69,6 +69,9 @@ class BatchSummary:
     end_offsets: Offsets  # next offset to read, per partition
     bounds: dict[str, str]
     deletes: int = 0  # good records that delete their key, where a delete log keeps them (else 0)
+    # source.unknown_fields: warn: records with fields the schema does not name, and one's names
+    unknown_fields: int = 0
+    unknown_example: str | None = None
 
     @property
     def dead_letters(self) -> int:
@@ -91,6 +94,7 @@ class BatchReport:
     summary: BatchSummary
     merged: MergeResult
     seconds: float
+    dead_letters_at: str | None = None  # where the run's reader finds them (set by the stream layer)
 
     def line(self) -> str:
         s, m = self.summary, self.merged
@@ -101,8 +105,20 @@ class BatchReport:
         return (f"{self.pipeline} batch {self.batch_id}: read {s.read}, merged {s.unique} "
                 f"(inserted {m.inserted}, updated {m.updated}, deleted {m.deleted}, "
                 f"unchanged {unchanged}), "
-                f"dead letters {s.dead_letters} ({stages}), filtered {s.by_stage.get('filtered', 0)}, "
-                f"{self.seconds:.1f}s, offsets {offsets}")
+                f"dead letters {s.dead_letters} ({stages}){_in(self.dead_letters_at, s.dead_letters)}, "
+                f"filtered {s.by_stage.get('filtered', 0)}, "
+                f"{self.seconds:.1f}s, offsets {offsets}{_unknown_note(s)}")
+
+
+def _in(location: str | None, dead_letters: int) -> str:
+    return f" in {location}" if location and dead_letters else ""
+
+
+def _unknown_note(s: BatchSummary) -> str:
+    if not s.unknown_fields:
+        return ""
+    return (f"; {s.unknown_fields} record(s) with fields the schema does not name (e.g. "
+            f"{s.unknown_example}), merged without them (source.unknown_fields: warn)")
 
 
 def unchanged_count(s: BatchSummary, m: MergeResult) -> int:
@@ -371,8 +387,14 @@ def slim(staged: DataFrame) -> DataFrame:
     """The staged records without the raw key, value and headers, which only a dead
     letter needs (and reads again from the batch)."""
     payload = [F.col(f"`{c}`") for c in staged.columns if c not in (RAW, UID, STAGE, REASON)]
+    kept = _COORDINATES + ((UNKNOWN_FIELDS,) if _carries_unknown(staged) else ())
     return staged.select(UID, STAGE, *payload,
-                         F.struct(*[F.col(f"{RAW}.{c}").alias(c) for c in _COORDINATES]).alias(RAW))
+                         F.struct(*[F.col(f"{RAW}.{c}").alias(c) for c in kept]).alias(RAW))
+
+
+def _carries_unknown(frame: DataFrame) -> bool:
+    """RAW carries the unknown fields' names (`source.unknown_fields: warn`)."""
+    return UNKNOWN_FIELDS in frame.select(f"{RAW}.*").columns
 
 
 def mark_kept(records: DataFrame, pipeline: Pipeline) -> DataFrame:
@@ -405,6 +427,11 @@ def summarize(source: DataFrame, pipeline: Pipeline) -> BatchSummary:
     if pipeline.keeps_delete_log:
         deleting = F.col(TOMBSTONE) if pipeline.deletes_by_tombstone else F.col(OP) == DELETE
         aggregates.append(F.sum(F.when(F.col(STAGE).isNull() & deleting, 1).otherwise(0)).alias("deletes"))
+    counts_unknown = _carries_unknown(source)
+    if counts_unknown:
+        unknown = F.col(f"{RAW}.{UNKNOWN_FIELDS}")
+        aggregates += [F.count(unknown).alias("unknown_fields"),
+                       F.first(unknown, ignorenulls=True).alias("unknown_example")]
     horizon = pipeline.target.dedup_horizon
     if horizon:
         # Epoch microseconds, never local text: a wall clock in a daylight-saving
@@ -420,10 +447,10 @@ def summarize(source: DataFrame, pipeline: Pipeline) -> BatchSummary:
         ]
     per_partition = source.groupBy(F.col(f"{RAW}.topic").alias("topic"),
                                    F.col(f"{RAW}.partition").alias("partition")).agg(*aggregates).collect()
-    return _summary(per_partition, horizon is not None, pipeline.keeps_delete_log)
+    return _summary(per_partition, horizon is not None, pipeline.keeps_delete_log, counts_unknown)
 
 
-def _summary(rows, with_horizon: bool, with_deletes: bool = False) -> BatchSummary:
+def _summary(rows, with_horizon: bool, with_deletes: bool = False, counts_unknown: bool = False) -> BatchSummary:
     start: dict = {}
     end: dict = {}
     by_stage = {s: 0 for s in STAGES}
@@ -435,7 +462,10 @@ def _summary(rows, with_horizon: bool, with_deletes: bool = False) -> BatchSumma
     return BatchSummary(read=sum(r.read for r in rows), unique=sum(r.unique for r in rows),
                         by_stage=by_stage, start_offsets=start, end_offsets=end,
                         bounds=_bounds(rows, with_horizon),
-                        deletes=sum(r.deletes for r in rows) if with_deletes else 0)
+                        deletes=sum(r.deletes for r in rows) if with_deletes else 0,
+                        unknown_fields=sum(r.unknown_fields for r in rows) if counts_unknown else 0,
+                        unknown_example=next((r.unknown_example for r in rows if r.unknown_example), None)
+                        if counts_unknown else None)
 
 
 def _bounds(rows, with_horizon: bool) -> dict[str, str]:
@@ -462,7 +492,7 @@ def utc_literal(micros: int) -> str:
 
 def decode_records(raw: DataFrame, pipeline: Pipeline, schema) -> DataFrame:
     """Decoded records (without `cdc`); in an upsert by Kafka key, tombstones marked as deletes."""
-    decoded = decode(raw, pipeline.source.format, schema)
+    decoded = decode(raw, pipeline.source.format, schema, pipeline.source.unknown_fields)
     if not pipeline.deletes_by_tombstone:
         return decoded
     from ingest.batch.merge.tombstones import mark

@@ -16,6 +16,10 @@ KEEP = "__to_merge"  # true on the row of its uid that reaches the MERGE
 TOMBSTONE = "__tombstone"  # a key's delete: set when decoded, read until the rows are built
 
 RAW_FIELDS = ("topic", "partition", "offset", "timestamp", "key", "value", "headers")
+# With `source.unknown_fields: warn`, a RAW field: the names of the record's top-level fields
+# the schema does not name (", "-joined), null when there are none
+UNKNOWN_FIELDS = "unknown_fields"
+UNKNOWN_FIELD_POLICIES = ("ignore", "warn", "dead_letter")
 
 NULL_VALUE = "null value (tombstone)"
 NOT_FRAMED = "not in the Confluent wire format (no magic byte 0 and 4-byte schema id)"

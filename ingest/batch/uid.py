@@ -66,7 +66,8 @@ def _missing_reason(uid: Uid) -> str:
     if uid.key:
         return "Kafka key missing (null)"
     if uid.header is not None:
-        return f"header '{uid.header}' missing or null"
+        return (f"header '{uid.header}' missing or null (uid.header: the producer must set it on every "
+                "record)")
     if uid.field is not None:
         return f"field '{uid.field}' is null"
     return f"one of the fields {', '.join(uid.fields)} is null"

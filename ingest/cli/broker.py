@@ -25,6 +25,9 @@ def add(commands, parents) -> None:
                          metavar="NAME[:PARTITIONS]",
                          help="create this topic once the broker is up (default 1 partition); "
                          "repeat for more; one that exists already is kept")
+    command.add_argument("--bootstrap", metavar="HOST:PORT", default=None,
+                         help="start no broker: create the --topic topics on the one running there "
+                         "(e.g. $KAFKA_BOOTSTRAP), then exit")
 
 
 def run(args) -> int:
@@ -33,6 +36,8 @@ def run(args) -> int:
 
     from ingest.kafka.local_broker import BrokerError, LocalKafka, ensure_topic
 
+    if args.bootstrap:
+        return _create_on_running(args)
     # a loaded laptop can take minutes for a first JVM start
     broker = LocalKafka(work_dir=Path(args.data_dir) if args.data_dir else None, port=args.port,
                         start_timeout_s=300)
@@ -60,4 +65,28 @@ def run(args) -> int:
         broker.close()
         signal.signal(signal.SIGTERM, previous)
     print("Kafka stopped", file=sys.stderr)
+    return OK
+
+
+def _create_on_running(args) -> int:
+    """A running broker gets new topics without a restart (which would recreate the ones it has
+    unless it keeps a --data-dir)."""
+    from confluent_kafka import KafkaException
+
+    from ingest.kafka.local_broker import ensure_topic
+
+    if not args.topics:
+        print("--bootstrap creates the --topic topics on a running broker; expected at least one --topic",
+              file=sys.stderr)
+        return BAD_INPUT
+    for name, partitions in args.topics:
+        try:
+            created = ensure_topic({"bootstrap.servers": args.bootstrap, "socket.timeout.ms": "10000"}, name,
+                                   partitions)
+        except KafkaException as error:
+            print(f"error: topic {name} on {args.bootstrap}: {error.args[0].str() if error.args else error}",
+                  file=sys.stderr)
+            return CHECK_FAILED
+        print(f"topic {name}: " + (f"created, {partitions} partition(s)" if created
+                                   else "exists already, kept as it is"), file=sys.stderr)
     return OK

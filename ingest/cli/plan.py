@@ -19,6 +19,7 @@ from ingest.kafka.source import kafka_options
 from ingest.spec import template
 from ingest.spec.document import to_document, to_yaml
 from ingest.spec.loader import Loaded
+from ingest.spec.locations import shown_location
 from ingest.spec.model import REGISTRY_FORMATS, Pipeline
 from ingest.spec.settings import Settings, mask, mask_mapping, mask_values
 
@@ -121,7 +122,10 @@ def _one_reader_schema(source) -> str:
 
 
 def _where(location_path: str | None, table: str | None) -> str:
-    return f"Delta table at {location_path}" if location_path else f"table {table}"
+    if not location_path:
+        return f"table {table}\nread it: SELECT * FROM {table}"
+    where = shown_location(location_path)  # absolute: Spark SQL takes no relative delta.`path`
+    return f"Delta table at {where}\nread it: SELECT * FROM delta.`{where}`"
 
 
 def _target(pipeline: Pipeline) -> str:
@@ -145,10 +149,20 @@ def _target(pipeline: Pipeline) -> str:
         lines.append(f"dedup horizon: a duplicate's {h.column} is within {h.within} "
                      f"({h.within_seconds} s) of the original's")
     lines.append(f"columns: _uid, the payload{' after transform' if pipeline.transform else ''}, "
-                 f"{INGEST_COLUMNS_TEXT}")
-    lines.append(f"checkpoint: {pipeline.checkpoint}")
+                 f"{INGEST_COLUMNS_TEXT}{_change_columns(pipeline)}")
+    lines.append(f"checkpoint: {shown_location(pipeline.checkpoint)}")
     lines.append(f"trigger: {_trigger_text(pipeline)}")
     return "\n".join(lines)
+
+
+def _change_columns(pipeline: Pipeline) -> str:
+    """The columns changes add (contract.md, "Tables it writes")."""
+    if not pipeline.applies_deletes:
+        return ""
+    columns = ["_sequence", "_op"] + (["_deleted"] if pipeline.target.deletes == "soft" else [])
+    if pipeline.target.history:
+        columns += ["_valid_from", "_valid_to", "_current"]
+    return ", " + ", ".join(columns)
 
 
 def _uid_text(pipeline: Pipeline) -> str:
@@ -196,7 +210,7 @@ def _transactions(pipeline: Pipeline) -> str:
 
 def _merge(pipeline: Pipeline) -> str:
     target = pipeline.target
-    into = f"delta.`{target.path}`" if target.path else target.table
+    into = f"delta.`{shown_location(target.path)}`" if target.path else target.table
     if pipeline.applies_deletes:
         from ingest.batch.merge import mode as merge_mode  # it needs pyspark; plan of other pipelines must not
 

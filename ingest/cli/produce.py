@@ -22,7 +22,12 @@ def add(commands, parents) -> None:
     command.add_argument("--topic", required=True, help="the topic to write to (must exist)")
     command.add_argument("--bootstrap", metavar="HOST:PORT",
                          help="the brokers (default: KAFKA_BOOTSTRAP from the environment or conf/ENV.yaml)")
-    command.add_argument("--key-field", metavar="FIELD", help="send this payload field as the Kafka key")
+    command.add_argument("--key-field", metavar="FIELD",
+                         help="send this payload field as the Kafka key; a dotted path reaches into an object "
+                         "(customer.id)")
+    command.add_argument("--tombstone-field", metavar="FIELD",
+                         help="a line whose FIELD is true is sent as a tombstone: a null value with its key "
+                         "(needs --key-field), e.g. {\"id\": 7, \"_delete\": true}")
     command.add_argument("--uid-header", default="message-id", metavar="NAME",
                          help="the header that carries the uid (default: message-id)")
     command.add_argument("--uid-field", metavar="FIELD",
@@ -88,8 +93,12 @@ def run(args) -> int:
         print(f"cannot use the schema {args.schema}: {getattr(error, 'strerror', None) or error}",
               file=sys.stderr)
         return BAD_INPUT
+    if args.tombstone_field and not args.key_field:
+        print("--tombstone-field needs --key-field: a tombstone deletes the record of its key", file=sys.stderr)
+        return BAD_INPUT
     options = produce.Options(args.topic, args.uid_header, args.uid_field, args.key_field,
-                              args.transactional, args.transaction_size, args.on_bad_line, encode)
+                              args.transactional, args.transaction_size, args.on_bad_line, encode,
+                              tombstone_field=args.tombstone_field)
     progress = _ProduceProgress(sys.stderr)
     try:
         summary = produce.produce_file(args.file, options, {**config, "bootstrap.servers": bootstrap},

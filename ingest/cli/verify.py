@@ -25,9 +25,16 @@ def run(args) -> int:
     from ingest.audit.dispatch import verify_pipeline
     pipeline = load_one(args).pipeline
     report = verify_pipeline(session(args, "ingest-verify"), pipeline)
-    text = to_json(report.to_dict()) if args.json else render_any_verify(report)
+    text = to_json(report.to_dict()) if args.json else render_any_verify(report) + _locations(pipeline)
     print(mask(text, pipeline.secret_values))
     return OK if report.ok else CHECK_FAILED
+
+
+def _locations(pipeline) -> str:
+    from ingest.spec.locations import shown_location
+
+    return (f"\n  target       {shown_location(pipeline.target.location)}"
+            f"\n  dead letters {shown_location(pipeline.dead_letter.location)}")
 
 
 def render_any_verify(report) -> str:

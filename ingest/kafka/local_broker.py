@@ -289,7 +289,9 @@ def create_topic(bootstrap_config: dict[str, str], name: str, partitions: int = 
     """`settings` are the topic's own configs, e.g. {"cleanup.policy": "compact"}."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    config: dict[str, Any] = dict(bootstrap_config)
+    # librdkafka's informational lines (`%6|...|BGQUEUE| ... Purging 1 unserved events` as a
+    # client closes) to a logger that drops them, as ingest's other clients do
+    config: dict[str, Any] = {"logger": _QUIET, **bootstrap_config}
     admin = AdminClient(config)
     futures = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1,
                                             config=dict(settings or {}))])

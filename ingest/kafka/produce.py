@@ -126,12 +126,14 @@ class Options:
     topic: str
     uid_header: str = UID_HEADER
     uid_field: str | None = None  # take the uid from this payload field instead of a UUIDv7
-    key_field: str | None = None
+    key_field: str | None = None  # a dotted path reaches into objects: customer.id
     transactional: bool = False
     transaction_size: int | None = None  # records per transaction; None: the whole file
     on_bad_line: str = "abort"
     # JSON object -> value bytes (kafka.encoders: avro, protobuf); None: the line's JSON text as it is
     encode: Callable[[dict], bytes] | None = field(default=None, compare=False)
+    # a line whose field of this name is true is sent as a tombstone (null value) with its key
+    tombstone_field: str | None = None
 
 
 @dataclass(frozen=True)
@@ -145,7 +147,7 @@ class Line:
     """One good line: its value as written, and the key and uid taken from it."""
 
     number: int
-    value: bytes
+    value: bytes | None  # None: a tombstone
     key: bytes | None
     uid: str | None  # from `uid_field`; None: a fresh UUIDv7 at send time
 
@@ -172,6 +174,8 @@ def parse_line(number: int, text: bytes, options: Options) -> Line | BadLine:
     uid, uid_problem = _field_text(payload, options.uid_field, "--uid-field")
     if problem or uid_problem:
         return BadLine(number, problem or uid_problem)
+    if options.tombstone_field is not None and payload.get(options.tombstone_field) is True:
+        return Line(number, None, key.encode() if key is not None else None, uid)
     value = text
     if options.encode is not None:
         try:
@@ -187,10 +191,20 @@ def _field_text(payload: dict, name: str | None, option: str) -> tuple[str | Non
     """(text, None), or (None, why not); strings as they are, other values as JSON."""
     if name is None:
         return None, None
-    value = payload.get(name)
+    value = payload.get(name) if name in payload else _nested(payload, name)
     if value is None:
         return None, f"no value for field {name!r} ({option})"
     return (value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))), None
+
+
+def _nested(payload: dict, path: str):
+    """`customer.id`: the field `id` of the object `customer`; None where the path is not there."""
+    value = payload
+    for part in path.split("."):
+        if not isinstance(value, dict):
+            return None
+        value = value.get(part)
+    return value
 
 
 def _json_kind(value) -> str:

@@ -39,7 +39,7 @@ TARGET_KEYS = ("path", "table", "mode", "order_by", "partition_by", "cluster_by"
                "deletes", "history")
 CDC_KEYS = ("format", "key", "sequence", "encodings")
 HORIZON_KEYS = ("column", "within")
-DEAD_LETTER_KEYS = ("path", "table")
+DEAD_LETTER_KEYS = ("path", "table", "max_share")
 TRIGGER_KEYS = ("available_now", "processing_time")
 
 NAME = re.compile(r"[a-z][a-z0-9_]*")
@@ -325,22 +325,41 @@ def _duration(c: Check, path: str, text: str) -> int | None:
 
 
 def _dead_letter(c: Check, raw: Any, target: Target | None) -> DeadLetter | None:
-    if raw is None:
+    values = c.mapping("dead_letter", raw, DEAD_LETTER_KEYS) if raw is not None else {}
+    if values is None:
+        return None
+    max_share = _max_share(c, values.get("max_share"))
+    if values.get("path") is None and values.get("table") is None \
+            and not (c.misspelt("dead_letter.path") or c.misspelt("dead_letter.table")):
         if target is None:
             return None
         # contract default: next to the target, with a _dead_letter suffix
         if target.path is not None:
-            return DeadLetter(path=f"{target.path}_dead_letter")
-        return DeadLetter(table=f"{target.table}_dead_letter")
-    values = c.mapping("dead_letter", raw, DEAD_LETTER_KEYS)
-    if values is None:
-        return None
+            return DeadLetter(path=f"{target.path}_dead_letter", max_share=max_share)
+        return DeadLetter(table=f"{target.table}_dead_letter", max_share=max_share)
     path, table = _location(c, "dead_letter", values)
-    dead_letter = DeadLetter(path, table)
+    dead_letter = DeadLetter(path, table, max_share)
     if target is not None and dead_letter.location == target.location:
         c.add("bad_value", "dead_letter", f"{dead_letter.location!r} is the target itself; "
               "expected a table of its own for dead letters")
     return dead_letter
+
+
+def _max_share(c: Check, value: Any) -> float | None:
+    path = "dead_letter.max_share"
+    if value is None:
+        return None
+    if isinstance(value, str) and path in c.from_vars:
+        try:
+            value = float(value)
+        except ValueError:
+            pass
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        shown = repr(value) if isinstance(value, str) else value
+        c.add("bad_value", path, f"{shown} is not a share of a batch; expected a number from 0 up to "
+              "(not including) 1, e.g. 0.5: a batch with a larger share of dead letters fails the run")
+        return None
+    return float(value)
 
 
 def _template_rules(c: Check, source: Source, target: Target, dead_letter: DeadLetter,

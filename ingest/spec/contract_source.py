@@ -11,6 +11,7 @@ from ingest.spec.model import (
     FORMATS,
     ISOLATION_LEVELS,
     REGISTRY_FORMATS,
+    UNKNOWN_FIELDS,
     KafkaSource,
     Registry,
     RegistryTls,
@@ -20,7 +21,7 @@ from ingest.spec.model import (
 from ingest.spec.values import Check, did_you_mean
 from ingest.spec.yaml_tree import join
 
-SOURCE_KEYS = ("kafka", "format", "schema", "schemas", "registry", "schema_file", "message")
+SOURCE_KEYS = ("kafka", "format", "schema", "schemas", "registry", "schema_file", "message", "unknown_fields")
 REGISTRY_KEYS = ("url", "subject", "version", "auth", "tls")
 AUTH_KEYS = ("basic", "bearer")
 TLS_KEYS = ("ca", "cert", "key")
@@ -65,9 +66,23 @@ def check_source(c: Check, top: dict) -> Source | None:
                          "a schema file: .avsc for avro, .proto for protobuf")
     message = c.text("source.message", source.get("message"), "a protobuf message type, e.g. shop.Order")
     _schema_source_rules(c, source, fmt, schema_file)
+    unknown_fields = _unknown_fields(c, source.get("unknown_fields"), fmt, "cdc" in top)
     if c.failed(mark):
         return None
-    return Source(kafka, fmt, schema, frozen_map(schemas), registry, schema_file, message)
+    return Source(kafka, fmt, schema, frozen_map(schemas), registry, schema_file, message, unknown_fields)
+
+
+def _unknown_fields(c: Check, raw: Any, fmt: str | None, with_cdc: bool) -> str:
+    """json payloads only: the other formats resolve a writer's fields by their own rules,
+    and a change's row by its envelope."""
+    path = "source.unknown_fields"
+    if raw is None and (fmt != "json" or with_cdc):
+        return "ignore"
+    if raw is not None and (fmt != "json" or with_cdc):
+        c.add("schema_rules", path, "only used with format json without cdc; expected no unknown_fields "
+              f"with {'cdc' if with_cdc else f'format {fmt}'}")
+        return "ignore"
+    return c.enum(path, raw, UNKNOWN_FIELDS, "an unknown-fields policy", default="warn") or "warn"
 
 
 def _schema_source_rules(c: Check, source: dict, fmt: str | None, schema_file: str | None) -> None:

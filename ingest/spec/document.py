@@ -23,7 +23,7 @@ def to_document(pipeline: Pipeline) -> dict:
     `plan` shows, and what loads back into an equal Pipeline."""
     document = {
         "name": pipeline.name,
-        "source": _source_document(pipeline.source),
+        "source": _source_document(pipeline.source, pipeline.cdc is not None),
         "transform": _drop_empty({"select": list(pipeline.transform.select),
                                   "where": pipeline.transform.where}) if pipeline.transform else None,
         "cdc": _cdc_document(pipeline.cdc),
@@ -31,7 +31,8 @@ def to_document(pipeline: Pipeline) -> dict:
         "target": _target_document(pipeline.target, deletes_apply(pipeline)),
         "checkpoint": pipeline.checkpoint,
         "dead_letter": _drop_empty({"path": pipeline.dead_letter.path,
-                                    "table": pipeline.dead_letter.table}),
+                                    "table": pipeline.dead_letter.table,
+                                    "max_share": pipeline.dead_letter.max_share}),
         "trigger": _trigger_document(pipeline.trigger),
         "spark_conf": dict(pipeline.spark_conf),
         "schema_evolution": pipeline.schema_evolution,
@@ -44,7 +45,7 @@ def deletes_apply(pipeline: Pipeline) -> bool:
     return pipeline.applies_deletes
 
 
-def _source_document(source: Source) -> dict:
+def _source_document(source: Source, with_cdc: bool = False) -> dict:
     registry = source.registry
     registry_document = None
     if registry is not None:
@@ -57,7 +58,9 @@ def _source_document(source: Source) -> dict:
     return _drop_empty({"kafka": _kafka_document(source.kafka), "format": source.format,
                         "schema": source.schema, "schemas": dict(source.schemas),
                         "registry": registry_document,
-                        "schema_file": source.schema_file, "message": source.message})
+                        "schema_file": source.schema_file, "message": source.message,
+                        "unknown_fields": source.unknown_fields if source.format == "json" and not with_cdc
+                        else None})
 
 
 def _kafka_document(kafka: KafkaSource) -> dict:
@@ -68,7 +71,9 @@ def _kafka_document(kafka: KafkaSource) -> dict:
         "bootstrap_servers": kafka.bootstrap_servers, "topics": list(kafka.topics),
         "pattern": kafka.pattern, "starting_offsets": starting,
         "max_offsets_per_trigger": kafka.max_offsets_per_trigger,
-        "isolation_level": kafka.isolation_level, "allow_data_loss": kafka.allow_data_loss,
+        "isolation_level": kafka.isolation_level,
+        # the older spelling of on_data_loss: record, shown only where a file still uses it
+        "allow_data_loss": True if kafka.allow_data_loss else None,
         "options": dict(kafka.options),
     }, keep=("options",))
 

@@ -26,6 +26,14 @@ def path_key(location: str) -> str:
     return os.path.normpath(os.path.abspath(location))
 
 
+def shown_location(location: str) -> str:
+    """A location as output shows it, to paste: a local path absolute (as the tables are
+    made, `platform.delta.builder_location`), a URI or a catalog name as it is."""
+    if "/" not in location or (_SCHEME.match(location) and len(location.split(":", 1)[0]) > 1):
+        return location
+    return os.path.normpath(os.path.abspath(location))
+
+
 def table_key(name: str) -> str:
     parts = [part.strip("`").lower() for part in name.split(".")]
     if len(parts) == 3 and parts[0] == "spark_catalog":

@@ -17,6 +17,7 @@ MODES = ("insert_only", "upsert")
 ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
 UID_KINDS = ("header", "field", "fields", "coordinates", "key")
 CDC_FORMATS = ("debezium",)
+UNKNOWN_FIELDS = ("ignore", "warn", "dead_letter")
 DELETES = ("soft", "hard")
 
 
@@ -70,6 +71,9 @@ class Source:
     registry: Registry | None = None  # avro | protobuf: the writer schemas by id, the reader schema
     schema_file: str | None = None  # avro | protobuf without a registry: .avsc, or .proto + message
     message: str | None = None  # protobuf: the message type, e.g. shop.Order
+    # json: a top-level field the schema does not name is ignored, counted in the batch line
+    # (warn) or makes the record a dead letter
+    unknown_fields: str = "warn"
 
     @property
     def subject(self) -> str | None:
@@ -169,6 +173,8 @@ CDC_ENCODINGS = (
 class DeadLetter:
     path: str | None = None
     table: str | None = None
+    # a batch with a larger share of dead letters fails the run (exit 1); None: never
+    max_share: float | None = None
 
     @property
     def location(self) -> str:

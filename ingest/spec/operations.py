@@ -115,8 +115,7 @@ def to_document(ops: Operations) -> dict:
         maintenance["delete_log_retain"] = m.delete_log_retain
     if maintenance:
         document["maintenance"] = maintenance
-    if ops.on_data_loss != "fail":
-        document["on_data_loss"] = ops.on_data_loss
+    document["on_data_loss"] = ops.on_data_loss  # the name to use (allow_data_loss is the old one)
     if ops.table_threads != Operations.table_threads:
         document["table_threads"] = ops.table_threads
     return document

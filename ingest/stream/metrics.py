@@ -51,6 +51,8 @@ class _Families:
         self.dead = counter("ingest_records_dead_lettered", "Records written to the dead-letter table",
                             ("pipeline", "stage"))
         self.filtered = counter("ingest_records_filtered", "Records dropped by transform.where (counted)")
+        self.unknown = counter("ingest_records_with_unknown_fields",
+                               "Records merged with fields the schema does not name (source.unknown_fields: warn)")
         self.duration = Histogram("ingest_batch_duration_seconds", "Wall time of a micro-batch",
                                   ("pipeline",), buckets=DURATION_BUCKETS, registry=registry)
         self.last_commit = gauge("ingest_last_commit_timestamp_seconds", "Unix time of the last batch commit")
@@ -137,6 +139,7 @@ class Metrics:
         for stage in ("decode", "transform", "uid"):
             f.dead.labels(name, stage).inc(s.by_stage.get(stage, 0))
         f.filtered.labels(name).inc(s.by_stage.get("filtered", 0))
+        f.unknown.labels(name).inc(s.unknown_fields)
         f.duration.labels(name).observe(report.seconds)
         f.last_commit.labels(name).set(time.time())
 

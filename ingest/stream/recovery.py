@@ -22,6 +22,7 @@ from ingest.kafka.offsets import Offsets
 from ingest.platform.delta import table_exists
 from ingest.platform.files import delete_temp_files
 from ingest.spec import template
+from ingest.spec.locations import shown_location
 from ingest.spec.model import Pipeline, Target
 
 EARLIEST, LATEST = -2, -1  # Spark's per-partition markers in startingOffsets
@@ -61,8 +62,8 @@ def plan_start(spark, pipeline: Pipeline, watermarks: dict[str, dict[int, tuple[
         # Going on would create an empty table and resume after everything the
         # checkpoint says was written: every record before it lost from the target.
         raise TargetLost(
-            f"{pipeline.name}: checkpoint {pipeline.checkpoint} has committed batches up to "
-            f"{state.last_committed_batch}, but the target {pipeline.target.location} does not exist "
+            f"{pipeline.name}: checkpoint {shown_location(pipeline.checkpoint)} has committed batches up to "
+            f"{state.last_committed_batch}, but the target {shown_location(pipeline.target.location)} does not exist "
             "(dropped, or its path or name changed); restore the table (or point target at it), "
             "or to load the topic again into a new table delete the checkpoint too")
     topic_ids = kafka_admin.topic_ids(pipeline.source.kafka, watermarks) if watermarks else {}
@@ -89,7 +90,7 @@ def _clear_interrupted_first_batch(spark, pipeline: Pipeline) -> list[str]:
                for name in delete_temp_files(spark, f"{root}/{folder}") or []]
     if not dropped:
         return []
-    return [f"{pipeline.name}: checkpoint {pipeline.checkpoint} holds no planned batch, only what an "
+    return [f"{pipeline.name}: checkpoint {shown_location(pipeline.checkpoint)} holds no planned batch, only what an "
             f"interrupted first batch left ({', '.join(dropped)}); removed, as Spark does not start beside them"]
 
 
@@ -118,8 +119,9 @@ def _from_delta_log(spark, pipeline: Pipeline, watermarks, topic_ids: dict[str, 
                for topic, parts in (watermarks or recorded).items()}
     query_id = spark_checkpoint.query_id(spark, pipeline.checkpoint)
     app = "with a new app id" if query_id is None else f"under app id {ledger.app_id(pipeline.name, query_id)}"
-    notes.append(f"{pipeline.name}: checkpoint {pipeline.checkpoint} is missing or empty; resuming from the "
-                 f"offsets recorded in the Delta log of {pipeline.target.location}, {app}: "
+    notes.append(f"{pipeline.name}: checkpoint {shown_location(pipeline.checkpoint)} is missing or empty; "
+                 f"resuming from the offsets recorded in the Delta log of "
+                 f"{shown_location(pipeline.target.location)}, {app}: "
                  + ", ".join(f"{t}/{p}:{o}" for t, parts in sorted(offsets.items())
                              for p, o in sorted(parts.items())))
     return StartPlan(offsets, recorded, notes)
@@ -176,10 +178,10 @@ def _check_topics(pipeline: Pipeline, entries, topic_ids: dict[str, str]) -> Non
     if recreated:
         raise TopicRecreated(
             f"{pipeline.name}: " + "; ".join(_describe_recreated(recreated)) +
-            f". Its offsets start again at 0, and those in checkpoint {pipeline.checkpoint} belong to "
+            f". Its offsets start again at 0, and those in checkpoint {shown_location(pipeline.checkpoint)} belong to "
             f"the old topic: resuming would skip or misread the new one. To ingest the new topic from "
-            f"starting_offsets, delete the checkpoint {pipeline.checkpoint} and run again (the rows "
-            f"already in {pipeline.target.location} stay; a uid seen before is not inserted again).")
+            f"starting_offsets, delete the checkpoint {shown_location(pipeline.checkpoint)} and run again (the rows "
+            f"already in {shown_location(pipeline.target.location)} stay; a uid seen before is not inserted again).")
 
 
 def _check_tables(spark, pipeline: Pipeline, state, topic_ids: dict[str, str]) -> None:
@@ -217,13 +219,13 @@ def _check_target(spark, pipeline: Pipeline, state, live, table: str | None = No
         return
     app = ledger.app_id(pipeline.name, query_id, table)
     target = pipeline.target
-    reset = (f"To ingest them again, delete the checkpoint {pipeline.checkpoint}: the next run resumes "
+    reset = (f"To ingest them again, delete the checkpoint {shown_location(pipeline.checkpoint)}: the next run resumes "
              f"from the offsets the table's current version records, with a new app id.")
     if not table_exists(spark, target):
         raise TargetRewritten(
-            f"{pipeline.name}: checkpoint {pipeline.checkpoint} has committed batches up to {committed}, "
-            f"but the target {target.location} does not exist (dropped or moved): their records are not "
-            f"in it. {reset}")
+            f"{pipeline.name}: checkpoint {shown_location(pipeline.checkpoint)} has committed batches up to "
+            f"{committed}, but the target {shown_location(target.location)} does not exist (dropped or moved): "
+            f"their records are not in it. {reset}")
     live_batches = [int(e["batch_id"]) for _, e in live if e.get("app_id") == app]
     if table is None and live_batches and max(live_batches) >= committed:
         return
@@ -237,8 +239,8 @@ def _check_target(spark, pipeline: Pipeline, state, live, table: str | None = No
             f"table)" if undone else f"it holds no commit of app id {app} up to batch {committed} "
             f"(the table was dropped and created again, or is another table)")
     raise TargetRewritten(
-        f"{pipeline.name}: the target {target.location} no longer matches checkpoint "
-        f"{pipeline.checkpoint}, which has committed batches up to {committed}: {what}. Going on from "
+        f"{pipeline.name}: the target {shown_location(target.location)} no longer matches checkpoint "
+        f"{shown_location(pipeline.checkpoint)}, which has committed batches up to {committed}: {what}. Going on from "
         f"the checkpoint would leave their records out. {reset}")
 
 
@@ -277,7 +279,7 @@ def check_gaps(pipeline: Pipeline, plan: StartPlan) -> list[str]:
     lines = [gap.describe() for gap in plan.gaps]
     if pipeline.source.kafka.allow_data_loss:
         return [f"{pipeline.name}: skipping records lost to retention (allow_data_loss); recorded in "
-                f"{pipeline.dead_letter.location} with stage lost: {line}" for line in lines]
+                f"{shown_location(pipeline.dead_letter.location)} with stage lost: {line}" for line in lines]
     raise RetentionGap(f"{pipeline.name}: cannot resume without losing data:\n  " + "\n  ".join(lines)
                        + "\nset on_data_loss: record to skip them and record each range in the dead letters")
 

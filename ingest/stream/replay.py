@@ -35,6 +35,7 @@ from ingest.kafka.offsets import Offsets
 from ingest.kafka.source import kafka_options
 from ingest.platform.delta import table_exists
 from ingest.spec import template
+from ingest.spec.locations import shown_location
 from ingest.spec.model import Pipeline, Target
 
 DEFAULT_CHUNK = 100_000
@@ -67,7 +68,7 @@ def resolve_range(spark, pipeline: Pipeline, from_ms: int | None = None, to_ms: 
     marks = kafka_admin.watermarks(kafka)
     committed = _committed(spark, pipeline)
     if not committed:
-        raise ReplayError(f"{pipeline.name}: nothing ingested into {pipeline.target.location} yet; "
+        raise ReplayError(f"{pipeline.name}: nothing ingested into {shown_location(pipeline.target.location)} yet; "
                           "a replay reprocesses what a run has committed")
     parts = {t: sorted(p) for t, p in marks.items()}
     if from_offsets is not None:

@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from ingest.batch.lost_ranges import record_lost
@@ -30,11 +30,12 @@ from ingest.platform.connect import (
 )
 from ingest.platform.files import local_path
 from ingest.platform.session import on_databricks
-from ingest.spec.locations import shared_locations
+from ingest.spec.locations import shared_locations, shown_location
 from ingest.spec.model import Pipeline
 from ingest.spec.sql_check import check_sql
 from ingest.stream import recovery
 from ingest.stream.connect_reports import LedgerReports, worker_failure
+from ingest.stream.dead_letter_share import dead_letter_note, over_share, over_share_message
 from ingest.stream.lease import Lease
 from ingest.stream.log_store import single_driver_warning
 from ingest.stream.maintenance import OptimizeSchedule
@@ -66,6 +67,7 @@ class _Running:
     ledger_reports: LedgerReports | None = None  # on Spark Connect, where the reports come from
     session: Any = None  # on Spark Connect, the pipeline's own (`pipeline_session`)
     batches: int = 0
+    over_share: tuple | None = None  # (batch id, end offsets, message): dead_letter.max_share exceeded
 
 
 class Supervisor:
@@ -183,14 +185,31 @@ class Supervisor:
 
     def _reported(self, running: _Running, report: BatchReport) -> None:
         running.batches += 1
+        report = replace(report, dead_letters_at=shown_location(running.pipeline.dead_letter.location))
         if self.metrics is not None:
             self.metrics.observe(report)
         running.catch_up.advance(report.summary.end_offsets)
         self.on_report(report, running.catch_up)
+        if running.over_share is None and over_share(running.pipeline, report):
+            # the query is stopped from the polling thread (`_poll`), not from the batch's
+            running.over_share = (report.batch_id, report.summary.end_offsets,
+                                  over_share_message(running.session or self.spark, running.pipeline, report))
+        elif report.summary.dead_letters:  # their most frequent reason, read beside the next batch
+            self._beside().submit(self._dead_letter_note, running, report)
         if running.optimize is not None and running.optimize.due():
-            if self._maintenance is None:
-                self._maintenance = ThreadPoolExecutor(1, thread_name_prefix="ingest-maintenance")
-            self._maintenance.submit(self._optimize, running.optimize, report.pipeline)
+            self._beside().submit(self._optimize, running.optimize, report.pipeline)
+
+    def _beside(self) -> ThreadPoolExecutor:
+        if self._maintenance is None:
+            self._maintenance = ThreadPoolExecutor(1, thread_name_prefix="ingest-maintenance")
+        return self._maintenance
+
+    def _dead_letter_note(self, running: _Running, report: BatchReport) -> None:
+        try:
+            self.on_note(dead_letter_note(running.session or self.spark, running.pipeline, report))
+        except Exception as error:  # a note only: the batch line said where they are
+            self.on_note(f"{report.pipeline} batch {report.batch_id}: the dead letters' reasons could not be read: "
+                         f"{first_line(error, None)}")
 
     def _optimize(self, schedule: OptimizeSchedule, pipeline: str) -> None:
         """Beside the batches, not inside one: compaction that fails (a conflict that
@@ -235,6 +254,8 @@ class Supervisor:
         for run in self.running:
             if run.pipeline.name in outcomes:
                 continue
+            if run.over_share is not None and run.query.isActive:
+                run.query.stop()
             _await(run.query, poll_s / max(1, len(self.running)))
             active = run.query.isActive
             if run.ledger_reports is not None:  # after isActive: a query ended has no batch to come
@@ -303,6 +324,9 @@ class Supervisor:
                 run.session = None
 
     def _outcome(self, run: _Running) -> Outcome:
+        if run.over_share is not None:
+            batch_id, offsets, text = run.over_share
+            return Outcome(run.pipeline.name, run.batches, text, batch_id, offsets)
         try:
             error = run.query.exception()
         except Exception as lost:  # the JVM went away between isActive and here

@@ -79,3 +79,19 @@ def test_a_topic_without_a_whole_partition_count_is_bad_input():
     broker = start_broker("--topic", "clicks:zero")
     assert broker.wait(timeout=60) == 2
     assert "'clicks:zero': expected NAME or NAME:PARTITIONS" in broker.stderr.read()
+
+
+def test_a_running_broker_gets_a_new_topic_without_a_restart(kafka, capfd):
+    """issue 54.7: the user restarted the broker to add a topic (and so recreated the others)."""
+    import uuid
+
+    from ingest.cli import main
+
+    name = f"added-{uuid.uuid4().hex[:8]}"
+    assert main(["broker", "--topic", f"{name}:3", "--bootstrap", kafka.bootstrap]) == 0
+    assert main(["broker", "--topic", f"{name}:3", "--bootstrap", kafka.bootstrap]) == 0
+    err = capfd.readouterr().err
+    assert f"topic {name}: created, 3 partition(s)" in err and f"topic {name}: exists already" in err
+    topics = AdminClient(kafka.client_config()).list_topics(timeout=10).topics
+    assert len(topics[name].partitions) == 3
+    assert main(["broker", "--bootstrap", kafka.bootstrap]) == 2  # nothing to create

@@ -111,3 +111,24 @@ def test_an_unreachable_broker_fails_fast(tmp_path):
     checkpoint = tmp_path / "checkpoints" / "crashy"
     assert not (tmp_path / "tables").exists()
     assert not (checkpoint / "metadata").exists() and not (checkpoint / "_ingest_lease.json").exists()
+
+
+def test_a_batch_over_the_dead_letter_share_fails_the_run_naming_the_reason(spark, kafka, topic, tmp_path, capsys,
+                                                                           monkeypatch):
+    # issue 54.3: a producer that never sets the uid header sent everything to the dead letters, exit 0
+    producer = Producer({**kafka.client_config(), "enable.idempotence": True})
+    for i in range(6):
+        producer.produce(topic, json.dumps({"order_id": f"o{i}", "amount": 1.0}).encode(), partition=i % 2)
+    assert producer.flush(60) == 0
+    pipeline_file = write_pipeline(tmp_path, topic, dead_letter={"max_share": 0.5})
+    monkeypatch.setenv("KAFKA_BOOTSTRAP", kafka.bootstrap)
+    code, output = ingest_run(pipeline_file, capsys)
+    assert code == 1, output[-3000:]
+    dead = tmp_path / "dead_letter" / "crashy"
+    assert f"dead letters 6 (decode 0, transform 0, uid 6) in {dead}, filtered 0" in output
+    error = [line for line in output.splitlines() if line.startswith("error: ")]
+    assert error and error[0].startswith(
+        "error: pipeline crashy batch 0: 6 of 6 records (100%) are dead letters, more than dead_letter.max_share "
+        "0.5; the most frequent reason (6 records): header 'message-id' missing or null (uid.header: the "
+        "producer must set it on every record)"), error
+    assert len(RustTable(str(dead)).to_pyarrow_table()) == 6  # committed: nothing lost

@@ -25,7 +25,7 @@ def run_block(script: str, folder: Path, env: dict[str, str]) -> str:
     done = subprocess.run(["bash", "-e", "-c", script], cwd=folder, env=env, capture_output=True,
                           text=True, timeout=900)
     assert done.returncode == 0, f"guide block failed:\n{script}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
-    return done.stdout
+    return done.stdout + done.stderr  # notes and errors are on stderr
 
 
 def test_the_first_pipeline_guide_runs_as_written(tmp_path):
@@ -55,6 +55,20 @@ def test_the_first_pipeline_guide_runs_as_written(tmp_path):
     assert "OK pipelines/clicks.yaml" in said
     assert "clicks: done after" in said
     assert "verify clicks: OK" in said
-    assert re.search(r"target rows\s+6\b", said), said[-2000:]  # three lines, sent twice: six uids
+    # three lines sent twice, then two good of wrong.jsonl: eight uids (the rest are dead letters)
+    assert re.search(r"target rows\s+8\b", said), said[-2000:]
+    # issue 54: one bad value, one misspelt field, one missing uid header, as the guide shows them
+    dead = tmp_path / ".ingest" / "data" / "dead_letter" / "clicks"
+    assert f"dead letters 1 (decode 1, transform 0, uid 0) in {dead}, filtered 0" in said, said[-3000:]
+    assert ("1 record(s) with fields the schema does not name (e.g. pgae), merged without them "
+            "(source.unknown_fields: warn)") in said
+    assert (f"note: clicks batch 2: 1 dead letter(s) in {dead}; the most frequent reason (1 record): field ts: "
+            "value 'yesterday' is not a TIMESTAMP (expected ISO 8601 text, e.g. \"2026-11-28T09:30:00Z\")") in said
+    assert ("error: pipeline clicks batch 3: 3 of 3 records (100%) are dead letters, more than "
+            "dead_letter.max_share 0.5; the most frequent reason (3 records): header 'message-id' missing or null "
+            "(uid.header: the producer must set it on every record)") in said
+    assert "ingest run exited 1" in said
+    # paths to paste (issue 54.4): status names the target by its absolute path
+    assert f"target      {tmp_path / '.ingest' / 'data' / 'tables' / 'clicks'}" in said
     # conf/local.yaml's DATA_ROOT, relative to the project folder
     assert (tmp_path / ".ingest" / "data" / "tables" / "clicks" / "_delta_log").is_dir()

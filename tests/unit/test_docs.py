@@ -136,6 +136,8 @@ def defaults() -> dict[str, object]:
         "source.kafka.allow_data_loss": k.allow_data_loss,
         "source.kafka.options": k.options,
         "source.format": p.source.format,
+        "source.unknown_fields": p.source.unknown_fields,
+        "dead_letter.max_share": p.dead_letter.max_share,
         "schema_evolution": p.schema_evolution,
         "target.mode": p.target.mode,
         "target.deletes": p.target.deletes,
@@ -279,3 +281,29 @@ def test_the_architecture_map_lists_every_module_and_only_those():
     assert not listed - modules, f"listed in docs/architecture.md, not in ingest/: {sorted(listed - modules)}"
     unlisted = {path for path in modules - listed if not path.endswith("/__init__.py") or path == "ingest/__init__.py"}
     assert not unlisted, f"modules docs/architecture.md does not list: {sorted(unlisted)}"
+
+
+def test_the_first_pipeline_guide_shows_the_table_and_its_sql_as_plan_prints_them():
+    """issue 54.4: the guide says how to read the table, with the absolute path `plan` prints."""
+    from ingest.cli.plan import _where
+
+    guide = (REPO / "docs" / "first-pipeline.md").read_text()
+    shown = re.search(r"\n  (Delta table at (/\S+)\n  read it: .*)\n", guide)
+    assert shown, "first-pipeline.md shows no table with its SQL"
+    assert shown.group(1) == _where(shown.group(2), None).replace("\n", "\n  ")
+
+
+def test_the_pages_agree_on_the_cdc_defaults_and_columns():
+    """issue 54.5: what contract.md, the example pipeline and databricks.md said against cdc.md
+    and the code."""
+    from ingest.spec.columns import CHANGE_COLUMNS
+
+    contract = CONTRACT.read_text()
+    sequence_comment = next(line for line in contract.splitlines() if line.strip().startswith("sequence:"))
+    assert "connector's own position" in sequence_comment and "else ts_ms" not in sequence_comment
+    assert "_deleted" in CHANGE_COLUMNS
+    assert "with soft deletes `_deleted` (hard deletes remove the row and have none)" in " ".join(contract.split())
+    example = (REPO / "pipelines" / "customers_cdc.yaml").read_text()
+    assert "MySQL has no lsn: ts_ms" not in example and "never ts_ms" in example
+    databricks = " ".join((REPO / "docs" / "databricks.md").read_text().split())
+    assert "treat serverless as not supported" not in databricks

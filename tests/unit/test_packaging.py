@@ -36,3 +36,15 @@ def test_license_and_typing_marker():
     assert "Apache License" in (REPO / "LICENSE").read_text()[:200]
     assert (Path(ingest.__file__).parent / "py.typed").exists()
     assert re.fullmatch(r"\d+\.\d+\.\d+", ingest.__version__)
+
+
+def test_the_spark_and_notebook_extras_bring_what_the_docs_use():
+    """issue 54.7/8: `to_pandas()` needs pandas with the spark extra; the notebooks' runner
+    (`jupyter execute`) comes with the notebook extra; the lock pins each."""
+    extras = project()["optional-dependencies"]
+    names = {extra: {re.split(r"[<>=\[]", item)[0] for item in items} for extra, items in extras.items()}
+    assert "pandas" in names["spark"]
+    assert {"ingest", "pandas", "nbclient", "ipykernel", "matplotlib"} <= names["notebook"]
+    locked = {line.split("==")[0].lower() for line in (REPO / "requirements.lock").read_text().splitlines()
+              if "==" in line}
+    assert {"pandas", "nbclient", "nbformat", "ipykernel", "matplotlib"} <= locked

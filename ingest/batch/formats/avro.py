@@ -151,7 +151,8 @@ class Reader:
         try:
             record = schemaless_reader(data, writer, self.reader)
         except Exception as error:  # truncated bytes, unresolvable schemas, bad unions...
-            return None, f"does not decode with {which}: {_short(error)}"
+            return None, _field_reason(payload, writer, self.reader, which) or \
+                f"does not decode with {which}: {_short(error)}"
         if data.tell() != len(payload):
             return None, (f"does not decode with {which}: {len(payload) - data.tell()} "
                           "byte(s) left over after the record")
@@ -167,6 +168,67 @@ class Reader:
                 return None
             self._writers[schema_id] = parse(text)
         return self._writers[schema_id]
+
+
+def _field_reason(payload: bytes, writer: dict, reader: dict, which: str) -> str | None:
+    """For a record that failed (only then: it reads the record again): the first reader
+    field its writer's value cannot be read as, with the value as written; None when the
+    failure is not one field's."""
+    from fastavro import schemaless_reader
+
+    try:
+        written = schemaless_reader(io.BytesIO(payload), writer, None)
+    except Exception:  # the bytes themselves are broken: no field to name
+        return None
+    found = _first_mismatch(writer, reader, written, ())
+    if found is None:
+        return None
+    path, writer_type, reader_type, value = found
+    if writer_type is None:
+        return (f"field {path}: missing in {which} (the writer's record has no such field) and "
+                f"the reader schema gives it no default")
+    return (f"field {path}: value {_written(value)} ({_type_name(writer_type)} in {which}) cannot be "
+            f"read as the reader schema's {_type_name(reader_type)}")
+
+
+def _first_mismatch(writer: Any, reader: Any, value: Any, path: tuple[str, ...]):
+    from fastavro._read_py import match_types
+
+    writer, reader = _single(writer), _single(reader)
+    if isinstance(writer, dict) and isinstance(reader, dict) and writer.get("type") == reader.get("type") == "record":
+        written = {f["name"]: f for f in writer["fields"]}
+        for field in reader["fields"]:
+            name = field["name"]
+            inner = value.get(name) if isinstance(value, dict) else None
+            if name not in written:
+                if "default" not in field:
+                    return ".".join(path + (name,)), None, field["type"], None
+                continue
+            found = _first_mismatch(written[name]["type"], field["type"], inner, path + (name,))
+            if found is not None:
+                return found
+        return None
+    if path and not match_types(writer, reader, {"writer": {}, "reader": {}}):
+        return ".".join(path), writer, reader, value
+    return None
+
+
+def _single(schema: Any) -> Any:
+    if isinstance(schema, list):
+        others = [b for b in schema if b != "null"]
+        return others[0] if len(others) == 1 else schema
+    return schema
+
+
+def _type_name(schema: Any) -> str:
+    if isinstance(schema, dict):
+        return str(schema.get("logicalType") or schema.get("name") or schema.get("type"))
+    return str(schema)
+
+
+def _written(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return f"'{text[:200]}'"
 
 
 def _short(error: Exception) -> str:

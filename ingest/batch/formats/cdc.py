@@ -187,7 +187,7 @@ def _schema_of(name: str) -> Column:
 def _field(n: int, name: str) -> Field:
     described = F.col(_described(n))
     return Field(name, F.col(_IMAGE)[name], described["name"], described["type"],
-                 F.try_element_at(described["parameters"], F.lit("scale")))
+                 F.try_element_at(described["parameters"], F.lit("scale")), F.col("e.source")["connector"])
 
 
 def _envelope_fields(row: StructType) -> list[StructField]:

@@ -69,6 +69,7 @@ class Field:
     logical: Column  # the schema's `name` (org.apache.kafka.connect.data.Decimal, ...)
     kind: Column  # the schema's `type` (bytes, int64, string, ...)
     scale: Column  # the schema's parameters.scale, as text
+    connector: Column | None = None  # the envelope's source.connector (postgresql, mysql, ...)
 
 
 @dataclass(frozen=True)
@@ -219,9 +220,41 @@ def _fits_scale(decimal_text: Column, scale: int) -> Column:
 
 # --- instants, dates and times of day -------------------------------------------------------
 
+# A bare payload's number in a TIMESTAMP column, as each connector writes the column's default
+# precision (time.precision.mode=adaptive): Postgres' and Oracle's TIMESTAMP(6) in microseconds,
+# SQL Server's datetime2(7) in nanoseconds; MySQL's datetime (precision 0) and any other, ms
+CONNECTOR_TIMESTAMPS = {"postgresql": DEBEZIUM_TIME + "MicroTimestamp", "oracle": DEBEZIUM_TIME + "MicroTimestamp",
+                        "sqlserver": DEBEZIUM_TIME + "NanoTimestamp"}
+# the encoding an epoch number's magnitude fits for an instant after 1973 (the digits of a
+# present-day count: 13 in milliseconds, 16 in microseconds, 19 in nanoseconds)
+_MAGNITUDES = ((10 ** 17, DEBEZIUM_TIME + "NanoTimestamp"), (10 ** 14, DEBEZIUM_TIME + "MicroTimestamp"))
+
+
+def _connector_default(connector: Column | None) -> Column:
+    default = F.lit(DEBEZIUM_TIME + "Timestamp")
+    if connector is None:
+        return default
+    for name, encoding in reversed(CONNECTOR_TIMESTAMPS.items()):
+        default = F.when(connector == name, F.lit(encoding)).otherwise(default)
+    return default
+
+
+def _by_magnitude(number: Column) -> Column:
+    size = F.abs(number.cast("decimal(20,0)"))
+    fits = F.lit(DEBEZIUM_TIME + "Timestamp")
+    for least, encoding in reversed(_MAGNITUDES):
+        fits = F.when(size >= least, F.lit(encoding)).otherwise(fits)
+    return F.when(number.isNotNull(), fits)
+
+
 def _timestamp(field: Field, declared: T.DataType, named: Column, parts: Parts) -> Converted:
-    encoding = parts.name(F.coalesce(named, F.lit(DEBEZIUM_TIME + "Timestamp")), named)
+    # Without a name (a bare payload, no cdc.encodings) the connector's default applies, guarded:
+    # a number whose magnitude is another unit's is a dead letter, never a plausible, wrong date
+    # (milliseconds read as microseconds land in January 1970)
+    encoding = parts.name(F.coalesce(named, _connector_default(field.connector)), named)
     number = parts.name(field.text.try_cast("bigint"))
+    fits = parts.name(_by_magnitude(number), number)
+    unsure = named.isNull() & (number != 0) & (fits != encoding)
     micros = parts.name(_micros_by_encoding(number, encoding, TIMESTAMP_UNITS), number, encoding)
     in_range = micros.between(MIN_MICROS, MAX_MICROS)
     instant = F.when(in_range, F.timestamp_micros(micros))
@@ -229,7 +262,7 @@ def _timestamp(field: Field, declared: T.DataType, named: Column, parts: Parts) 
         instant = _utc_wall_clock(parts.name(F.when(in_range, micros), micros), parts)
     # ZonedTimestamp and ISO text: an instant with its offset, read as Spark casts it
     iso = field.text.try_cast(declared)
-    value = parts.name(F.when(number.isNull(), iso).otherwise(instant), number, micros, instant)
+    value = parts.name(F.when(number.isNull(), iso).when(~unsure, instant), number, micros, instant, fits, encoding)
     expected = F.when(number.isNull(), F.format_string(
         f"{ZONED_TIMESTAMP} (ISO-8601 text) or an epoch number as %s", encoding)).otherwise(
         F.format_string("%s (%s since the epoch) within years 1-9999", encoding, _unit(encoding)))
@@ -238,7 +271,16 @@ def _timestamp(field: Field, declared: T.DataType, named: Column, parts: Parts) 
     reason = _reason(field, expected, "is not")
     out_of_range = _reason(field, F.format_string("%s (%s since the epoch)", encoding, _unit(encoding)),
                            "is outside years 1-9999 as")
-    return Converted(value, F.when(failed, F.when(why.isNotNull(), out_of_range).otherwise(reason)))
+    # what to set, where neither the message nor cdc.encodings names the encoding
+    to_set = F.when(named.isNull() & (fits != encoding), F.format_string(
+        f"; its magnitude is that of %s: set cdc.encodings.{field.name}: %s for the changes to come (those "
+        "dead-lettered keep their bytes; `ingest replay` skips them)", fits, fits)).otherwise(F.lit(""))
+    connector = F.lit("unknown") if field.connector is None else F.coalesce(field.connector, F.lit("unknown"))
+    guessed = _reason(field, F.format_string(
+        "%s (%s since the epoch), the %s connector's default for a bare payload", encoding, _unit(encoding),
+        connector), "is not read as")
+    return Converted(value, F.when(failed, F.concat(
+        F.when(unsure, guessed).when(why.isNotNull(), out_of_range).otherwise(reason), to_set)))
 
 
 def _micros_by_encoding(number: Column, encoding: Column, units: dict[str, int]) -> Column:

@@ -227,7 +227,7 @@ class Reader:
         from google.protobuf import message_factory
 
         descriptor = pool_of(reader).FindMessageTypeByName(message)
-        self.message = message
+        self.message, self.descriptor = message, descriptor
         self.cls = message_factory.GetMessageClass(descriptor)
         self.convert = converter(descriptor)
         self.writers, self.framed = writers, framed
@@ -258,5 +258,92 @@ class Reader:
 
         try:
             return self.convert(self.cls.FromString(payload)), None
-        except (DecodeError, ValueError, RuntimeError) as error:
-            return None, f"does not decode with {which}: {type(error).__name__}: {error}"[:300]
+        except (DecodeError, ValueError, RuntimeError, OverflowError) as error:
+            field = wrong_field(self.descriptor, payload)  # only for a failed record: read again
+            return None, (f"{field} (with {which})" if field else
+                          f"does not decode with {which}: {type(error).__name__}: {error}"[:300])
+
+
+# --- naming the field of a record that failed -------------------------------------------
+
+_LENGTH_DELIMITED = 2
+_TEXT = 9  # FieldDescriptor.TYPE_STRING
+
+
+def wrong_field(descriptor, payload: bytes, path: tuple[str, ...] = ()) -> str | None:
+    """The first field of `payload` whose value its type cannot hold, as a reason naming the
+    field path, the value as written and the type expected; None if no one field is wrong."""
+    try:
+        fields = list(_wire_fields(payload))
+    except (IndexError, ValueError):
+        return None
+    by_number = {f.number: f for f in descriptor.fields}
+    for number, wire_type, data in fields:
+        field = by_number.get(number)
+        if field is None or wire_type != _LENGTH_DELIMITED:
+            continue
+        name = ".".join(path + (field.name,))
+        if field.type == _TEXT:
+            try:
+                data.decode("utf-8")
+            except UnicodeDecodeError:
+                return f"field {name}: value {data[:100]!r} is not a string (expected UTF-8 text)"
+        elif field.type == TYPE_MESSAGE and not _is_map(field):
+            inner = field.message_type
+            if inner.full_name == TIMESTAMP:
+                why = _timestamp_out_of_range(data)
+                if why:
+                    return f"field {name}: {why}"
+            elif inner.full_name not in WRAPPERS:
+                found = wrong_field(inner, data, path + (field.name,))
+                if found:
+                    return found
+    return None
+
+
+def _timestamp_out_of_range(data: bytes) -> str | None:
+    from google.protobuf import timestamp_pb2
+
+    stamp = timestamp_pb2.Timestamp.FromString(data)
+    try:
+        stamp.ToDatetime()
+    except (ValueError, OverflowError):
+        return (f"value {{seconds: {stamp.seconds}, nanos: {stamp.nanos}}} is not a TIMESTAMP "
+                "(expected seconds within years 1-9999, nanos 0-999999999)")
+    return None
+
+
+def _wire_fields(data: bytes):
+    """(field number, wire type, bytes of a length-delimited value) of each field."""
+    at = 0
+    while at < len(data):
+        tag, at = _varint(data, at)
+        number, wire_type = tag >> 3, tag & 7
+        if wire_type == 0:
+            _, at = _varint(data, at)
+            yield number, wire_type, b""
+        elif wire_type == 1:
+            at += 8
+            yield number, wire_type, b""
+        elif wire_type == 5:
+            at += 4
+            yield number, wire_type, b""
+        elif wire_type == _LENGTH_DELIMITED:
+            size, at = _varint(data, at)
+            if at + size > len(data):
+                raise ValueError("truncated")
+            yield number, wire_type, data[at:at + size]
+            at += size
+        else:
+            raise ValueError(f"wire type {wire_type}")
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    value, shift = 0, 0
+    while True:
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, at
+        shift += 7

@@ -60,6 +60,7 @@ def test_a_change_row_of_every_encoding_plans_small_and_is_built_once_per_run(sp
     row = StructType.fromDDL(ROW)
     cdc = Cdc(key=("id",), encodings={"amount": "io.debezium.data.VariableScaleDecimal",
                                       "at": "io.debezium.time.MicroTimestamp",
+                                      "local_at": "io.debezium.time.Timestamp",
                                       "opens": "io.debezium.time.MicroTime"})
     first = decode_envelope(batch(spark, 0), cdc, row)
     plan = first._jdf.queryExecution().analyzed().toString()

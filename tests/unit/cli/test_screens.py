@@ -147,13 +147,24 @@ def test_validate_without_files(tmp_path, monkeypatch, capsys):
 def test_plan_orders(project, capsys, golden):
     code, out = run(capsys, "plan", "pipelines/orders.yaml")
     assert code == 0
-    golden("plan_orders", out)
+    golden("plan_orders", out.replace(str(project), "<project>"))
 
 
 def test_plan_customers_shows_the_upsert_rule(project, capsys, golden):
     code, out = run(capsys, "plan", "pipelines/customers.yaml")
     assert code == 0
-    golden("plan_customers", out)
+    golden("plan_customers", out.replace(str(project), "<project>"))
+
+
+def test_plan_prints_absolute_locations_and_the_sql_to_read_the_table(project, capsys):
+    # issue 54.4: `SELECT * FROM delta.`./.ingest/...`` fails; what plan prints must paste
+    code, out = run(capsys, "plan", "pipelines/orders.yaml")
+    assert code == 0
+    target = project / ".ingest" / "data" / "tables" / "orders"
+    assert f"  Delta table at {target}\n  read it: SELECT * FROM delta.`{target}`\n" in out
+    assert f"  checkpoint: {project / '.ingest' / 'data' / 'checkpoints' / 'orders'}\n" in out
+    assert f"MERGE WITH SCHEMA EVOLUTION INTO delta.`{target}` AS t" in out
+    assert "Delta table at ./" not in out
 
 
 def test_plan_masks_secrets_by_key_and_by_value(project, capsys, monkeypatch, golden):
@@ -178,3 +189,12 @@ def test_help_and_bad_arguments(capsys):
     assert main(["plan"]) == 2
     assert main(["nonsense"]) == 2
     capsys.readouterr()
+
+
+def test_plan_names_on_data_loss_and_the_change_columns(project, capsys):
+    """issue 54.5: plan printed allow_data_loss (the old name) and no cdc columns."""
+    code, out = run(capsys, "plan", "pipelines/customers_cdc.yaml")
+    assert code == 0
+    assert "allow_data_loss" not in out and "\n  on_data_loss: fail\n" in out
+    assert ("columns: _uid, the payload, _topic, _partition, _offset, _kafka_timestamp, _ingested_at, "
+            "_sequence, _op, _deleted, _valid_from, _valid_to, _current\n") in out

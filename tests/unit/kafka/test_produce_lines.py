@@ -71,3 +71,20 @@ def test_abort_checks_the_whole_file_before_connecting(tmp_path):
     with pytest.raises(BadLines) as raised:
         produce_file(path, TOPIC, {"bootstrap.servers": "127.0.0.1:1"})
     assert [b.line for b in raised.value.bad_lines] == [2, 4]
+
+
+def test_the_key_can_come_from_a_nested_field():
+    """issue 54.7: --key-field customer.id reaches into the object."""
+    line = parse_line(1, b'{"order_id": "o1", "customer": {"id": "c1", "tier": 2}}',
+                      Options(topic="orders", key_field="customer.id"))
+    assert line == Line(1, b'{"order_id": "o1", "customer": {"id": "c1", "tier": 2}}', b"c1", None)
+    missing = parse_line(2, b'{"order_id": "o2", "customer": "c2"}', Options(topic="orders", key_field="customer.id"))
+    assert missing == BadLine(2, "no value for field 'customer.id' (--key-field)")
+
+
+def test_a_line_marked_by_the_tombstone_field_is_a_tombstone_with_its_key():
+    """issue 54.7: a delete of a key (a null value) could not be sent."""
+    options = Options(topic="orders", key_field="id", tombstone_field="_delete")
+    assert parse_line(1, b'{"id": 7, "_delete": true}', options) == Line(1, None, b"7", None)
+    kept = parse_line(2, b'{"id": 8, "_delete": false, "name": "x"}', options)
+    assert kept == Line(2, b'{"id": 8, "_delete": false, "name": "x"}', b"8", None)

@@ -188,3 +188,20 @@ def test_upsert_with_a_dedup_horizon_is_refused():
     [problem] = raised.value.problems
     assert (problem.code, problem.path) == ("exclusive_keys", "target.dedup_horizon")
     assert "second row" in problem.message
+
+
+def test_max_share_alone_keeps_the_default_dead_letter_location():
+    text = """\
+name: shares
+source:
+  kafka: {bootstrap_servers: "localhost:9092", topics: [t]}
+  schema: "a STRING"
+uid: {header: message-id}
+target: {path: /data/t}
+checkpoint: /data/c
+dead_letter: {max_share: 0.25}
+"""
+    from ingest.spec.loader import load_text
+
+    dead = load_text(text, environ={}).pipeline.dead_letter
+    assert (dead.path, dead.max_share) == ("/data/t_dead_letter", 0.25)

@@ -39,7 +39,7 @@ def test_defaults_fail_on_data_loss_and_no_metrics():
     pipeline = load(MINIMAL)
     assert pipeline.operations.on_data_loss == "fail" and not pipeline.records_data_loss
     assert pipeline.operations.metrics.prometheus_port is None
-    assert "on_data_loss" not in to_document(pipeline)
+    assert to_document(pipeline)["on_data_loss"] == "fail"  # plan shows the name to use (issue 54.5)
     assert pipeline.operations.maintenance.delete_log_retain_seconds == 7 * 24 * 3600
 
 

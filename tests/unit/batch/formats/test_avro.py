@@ -141,3 +141,28 @@ def test_debezium_connect_names_become_spark_types_and_values():
     assert record is None
     assert why == ("does not decode with schema id 7: column orderdate: value 253402300800000000 is "
                    "outside years 1-9999 as io.debezium.time.MicroTimestamp")
+
+
+SHIPMENT = {"type": "record", "name": "S", "fields": [
+    {"name": "id", "type": "string"}, {"name": "weight_kg", "type": "double"},
+    {"name": "dest", "type": {"type": "record", "name": "D", "fields": [{"name": "zip", "type": "int"}]}}]}
+
+
+def shipment_writer(weight: str = "double", zip_type: str = "int", weight_name: str = "weight_kg") -> dict:
+    return {"type": "record", "name": "S", "fields": [
+        {"name": "id", "type": "string"}, {"name": weight_name, "type": weight},
+        {"name": "dest", "type": {"type": "record", "name": "D", "fields": [{"name": "zip", "type": zip_type}]}}]}
+
+
+@pytest.mark.parametrize("writer, record, why", [
+    (shipment_writer(weight="string"), {"id": "s1", "weight_kg": "2,5 kg", "dest": {"zip": 5}},
+     "field weight_kg: value '2,5 kg' (string in schema id 7) cannot be read as the reader schema's double"),
+    (shipment_writer(zip_type="string"), {"id": "s1", "weight_kg": 2.5, "dest": {"zip": "69OO1"}},
+     "field dest.zip: value '69OO1' (string in schema id 7) cannot be read as the reader schema's int"),
+    (shipment_writer(weight_name="weight"), {"id": "s1", "weight": 2.5, "dest": {"zip": 5}},
+     "field weight_kg: missing in schema id 7 (the writer's record has no such field) and the reader "
+     "schema gives it no default"),
+])
+def test_a_value_the_reader_cannot_take_names_field_value_and_types(writer, record, why):
+    shipments = avro.Reader(json.dumps(SHIPMENT), {7: json.dumps(writer)})
+    assert shipments.read(framed(7, writer, record)) == (None, why)

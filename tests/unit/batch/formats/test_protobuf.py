@@ -96,3 +96,34 @@ def test_referenced_files_come_first(stand_in):
     latest = client.subject_version(f"{TOPIC}-value", "latest", serialized=True)
     files = proto_schema(client, latest).files
     assert len(files) == 1  # timestamp.proto is built in: not a reference
+
+
+def _length_delimited(number: int, data: bytes) -> bytes:
+    return bytes([number << 3 | 2, len(data)]) + data
+
+
+def _varint(n: int) -> bytes:
+    out = b""
+    while n > 0x7F:
+        out, n = out + bytes([n & 0x7F | 0x80]), n >> 7
+    return out + bytes([n])
+
+
+@pytest.mark.parametrize("payload, why", [
+    (_length_delimited(1, b"o1") + _length_delimited(4, _length_delimited(1, b"c\xff\xfe")),
+     "field customer.id: value b'c\\xff\\xfe' is not a string (expected UTF-8 text) "
+     "(with the schema_file's message)"),
+    (_length_delimited(1, b"o1") + _length_delimited(3, bytes([1 << 3]) + _varint(10**12)),
+     "field ts: value {seconds: 1000000000000, nanos: 0} is not a TIMESTAMP (expected seconds within "
+     "years 1-9999, nanos 0-999999999) (with the schema_file's message)"),
+])
+def test_a_value_its_field_cannot_hold_names_field_value_and_type(payload, why):
+    from google.protobuf import timestamp_pb2
+
+    from ingest.batch.formats import protobuf
+    from tests.protobuf_messages import order_file
+
+    schema = protobuf.ProtoSchema((timestamp_pb2.DESCRIPTOR.serialized_pb,
+                                   order_file(2, "shop/order.proto").SerializeToString()))
+    reader = protobuf.Reader(schema, "shop.Order", {}, framed=False)
+    assert reader.read(payload) == (None, why)
