@@ -31,7 +31,8 @@ def to_document(pipeline: Pipeline) -> dict:
         "target": _target_document(pipeline.target, deletes_apply(pipeline)),
         "checkpoint": pipeline.checkpoint,
         "dead_letter": _drop_empty({"path": pipeline.dead_letter.path,
-                                    "table": pipeline.dead_letter.table}),
+                                    "table": pipeline.dead_letter.table,
+                                    "properties": dict(pipeline.dead_letter.properties)}),
         "trigger": _trigger_document(pipeline.trigger),
         "spark_conf": dict(pipeline.spark_conf),
         "schema_evolution": pipeline.schema_evolution,
@@ -96,6 +97,7 @@ def _target_document(target: Target, deletes_apply: bool = False) -> dict:
         "dedup_horizon": {"column": horizon.column, "within": horizon.within} if horizon else None,
         "deletes": target.deletes if deletes_apply else None,
         "history": True if target.history else None,
+        "properties": dict(target.properties),
     })
 
 
