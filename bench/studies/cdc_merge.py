@@ -3,6 +3,7 @@
 Run side by side in one process (one Spark session, one embedded broker):
 
     bench/run cdc_merge [--rows 1000000] [--files 40] [--changes 2000] [--reps 2]
+                        [--patterns recent,spread] [--vectors off|on|both]
 
 The large table holds `rows` keys (ids 1000000..., one row each, soft-delete
 layout: `_deleted`, `_sequence`, `_op`), written in key order as a table
@@ -16,7 +17,11 @@ loaded in key order is, so each file's min/max `_uid` is tight. Each batch is
 
 Each leg is run into the large table (put back afterwards with RESTORE) and into
 an empty table; the figure is the ratio of MERGE seconds, large / empty, and the
-files scanned. Results go to stdout as JSON lines; bench/results/README.md has the figures.
+files scanned. `--vectors`: the tables with deletion vectors off (Delta's default
+before ingest turned them on for updating MERGEs), on, or both side by side (each
+rep runs the legs of one setting, then the other's): with them a MERGE marks the
+changed rows of a file in a vector and writes only the changed rows again.
+Results go to stdout as JSON lines; bench/results/README.md has the figures.
 """
 
 from __future__ import annotations
@@ -67,12 +72,13 @@ def produce_changes(config: dict, topic: str, rows: int, changes: int, spread: b
     assert producer.flush(60) == 0
 
 
-def pipeline_for(bootstrap: str, topic: str, root: Path, target: str):
-    from ingest.spec.model import Cdc, DeadLetter, KafkaSource, Pipeline, Source, Target, Uid
+def pipeline_for(bootstrap: str, topic: str, root: Path, target: str, vectors: bool = False):
+    from ingest.spec.model import Cdc, DeadLetter, KafkaSource, Pipeline, Source, Target, Uid, frozen_map
 
+    properties = frozen_map({"delta.enableDeletionVectors": str(vectors).lower()})
     return Pipeline(name="cdc_bench",
                     source=Source(KafkaSource(bootstrap_servers=bootstrap, topics=(topic,)), "json", ROW),
-                    uid=Uid(field="id"), target=Target(path=target, mode="upsert"),
+                    uid=Uid(field="id"), target=Target(path=target, mode="upsert", properties=properties),
                     checkpoint=str(root / "checkpoint"), dead_letter=DeadLetter(path=str(root / "dead")),
                     cdc=Cdc(key=("id",)))
 
@@ -92,6 +98,7 @@ def one_batch(spark, pipeline) -> dict:
     return {"batches": len(reports), "batch_seconds": round(sum(r.seconds for r in reports), 2),
             "merge_seconds": int(metrics.get("executionTimeMs", 0)) / 1000,
             "files_rewritten": int(metrics.get("numTargetFilesRemoved", 0)),
+            "vectors_added": int(metrics.get("numTargetDeletionVectorsAdded", 0)),
             **{k: int(v) for k, v in metrics.items() if "Skipping" in k},
             "rows_updated": int(metrics.get("numTargetRowsUpdated", 0)),
             "rows_inserted": int(metrics.get("numTargetRowsInserted", 0))}
@@ -103,7 +110,11 @@ def main(argv=None) -> int:
     parser.add_argument("--files", type=int, default=40)
     parser.add_argument("--changes", type=int, default=2000)
     parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--patterns", default="recent,spread", help="recent, spread or both (comma)")
+    parser.add_argument("--vectors", choices=("off", "on", "both"), default="off")
     args = parser.parse_args(argv)
+    patterns = [p == "spread" for p in ("recent", "spread") if p in args.patterns.split(",")]
+    settings = {"off": [False], "on": [True], "both": [False, True]}[args.vectors]
 
     from delta.tables import DeltaTable
 
@@ -117,24 +128,29 @@ def main(argv=None) -> int:
     try:
         large = str(work / "large")
         started = time.perf_counter()
-        built = build_large(spark, large, args.rows, args.files)
+        build_large(spark, large, args.rows, args.files)
         print(json.dumps({"built": args.rows, "files": args.files,
                           "seconds": round(time.perf_counter() - started, 1)}), flush=True)
         for rep in range(args.reps):
-            for spread in (False, True):
-                legs = ("large", "empty") if rep % 2 == 0 else ("empty", "large")
-                for into in legs:
-                    name = f"cdc-{'spread' if spread else 'recent'}-{into}-{rep}"
-                    create_topic(broker.client_config(), name, partitions=2)
-                    produce_changes(broker.client_config(), name, args.rows, args.changes, spread,
-                                    lsn0=10_000_000)
-                    root = work / name
-                    target = large if into == "large" else str(root / "table")
-                    result = one_batch(spark, pipeline_for(broker.bootstrap, name, root, target))
-                    if into == "large":
-                        DeltaTable.forPath(spark, large).restoreToVersion(built)
-                    print(json.dumps({"leg": "spread" if spread else "recent", "into": into, "rep": rep,
-                                      **result}), flush=True)
+            for vectors in settings:
+                # the large table as the setting has it; RESTORE puts back this version, property included
+                spark.sql(f"ALTER TABLE delta.`{large}` SET TBLPROPERTIES "
+                          f"('delta.enableDeletionVectors' = '{str(vectors).lower()}')")
+                version = DeltaTable.forPath(spark, large).history(1).collect()[0].version
+                for spread in patterns:
+                    legs = ("large", "empty") if rep % 2 == 0 else ("empty", "large")
+                    for into in legs:
+                        name = f"cdc-{'spread' if spread else 'recent'}-{into}-{rep}-{'dv' if vectors else 'nodv'}"
+                        create_topic(broker.client_config(), name, partitions=2)
+                        produce_changes(broker.client_config(), name, args.rows, args.changes, spread,
+                                        lsn0=10_000_000)
+                        root = work / name
+                        target = large if into == "large" else str(root / "table")
+                        result = one_batch(spark, pipeline_for(broker.bootstrap, name, root, target, vectors))
+                        if into == "large":
+                            DeltaTable.forPath(spark, large).restoreToVersion(version)
+                        print(json.dumps({"leg": "spread" if spread else "recent", "into": into, "rep": rep,
+                                          "vectors": vectors, **result}), flush=True)
     finally:
         broker.close()
         spark.stop()

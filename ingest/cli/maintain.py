@@ -18,6 +18,7 @@ def add(commands, parents) -> None:
         "pipeline runs. VACUUM keeps files for the longest of maintenance.vacuum_retain and the "
         "table's delta.deletedFileRetentionDuration. With hard deletes, the delete log too: "
         "VACUUM first purges the deletes logged longer ago than maintenance.delete_log_retain. "
+        "Where deletion vectors are on, OPTIMIZE is preceded by REORG TABLE ... APPLY (PURGE). "
         "With neither flag, both run. On S3 with Delta's single-driver log store, refused unless "
         "--pipeline-stopped (docs/cluster.md#tables-on-s3).")
     pipeline_file(command)

@@ -48,6 +48,31 @@ def run(args) -> int:
     return OK
 
 
+def _property_changes(pipeline: Pipeline) -> list[str]:
+    """What `run` would change in the properties of the tables that exist. Spark is started
+    only when the pipeline names properties: the tables' own are read through Delta."""
+    from ingest.batch.merge import properties
+
+    if not properties.tables(pipeline) or template.is_per_topic(pipeline):
+        return []
+    from ingest.platform.session import get_session
+
+    found = properties.differences(get_session("ingest-plan"), pipeline)
+    return [one.line() for one in found] or ["the tables that exist have these values"]
+
+
+def _properties(pipeline: Pipeline) -> str:
+    from ingest.batch.merge.properties import ingest_properties
+
+    def listed(values) -> str:
+        return ", ".join(f"{key}={value}" for key, value in sorted(values.items())) or "none"
+
+    lines = [f"target, at creation: ingest's {listed(ingest_properties(pipeline.target))} (where the session "
+             f"has no default), then the pipeline's {listed(pipeline.target.properties)}",
+             f"dead letters, at creation: the pipeline's {listed(pipeline.dead_letter.properties)}"]
+    return "\n".join(lines + [f"on the tables now: {line}" for line in _property_changes(pipeline)])
+
+
 def render_plan(loaded: Loaded, settings: Settings) -> str:
     """The whole plan screen; masked by key and by value."""
     pipeline = loaded.pipeline
@@ -59,6 +84,7 @@ def render_plan(loaded: Loaded, settings: Settings) -> str:
           if pipeline.source.format in REGISTRY_FORMATS else []),
         _section("Target", _target(pipeline)),
         _section("Dead letters", _dead_letter(pipeline)),
+        _section("Table properties", _properties(pipeline)),
         _section("Exactly once", _transactions(pipeline)),
         _section("MERGE, per micro-batch", _merge(pipeline)),
     ]
@@ -76,6 +102,7 @@ def plan_document(loaded: Loaded, settings: Settings) -> dict:
         "kafka_options": mask_mapping(kafka_options(pipeline.source.kafka)),
         "target": _target(pipeline).splitlines(),
         "dead_letter": _dead_letter(pipeline).splitlines(),
+        "table_properties": _properties(pipeline).splitlines(),
         "exactly_once": {"txn_app_id": ledger.app_id(pipeline.name, CHECKPOINT_QUERY_ID),
                          "txn_version": "the batch id"},
         "merge": _merge(pipeline),

@@ -9,6 +9,7 @@ import re
 from typing import Any
 
 from ingest.spec import operations as operations_spec
+from ingest.spec import properties as table_properties
 from ingest.spec import template
 from ingest.spec.columns import ENVELOPE_SOURCE_PREFIX, check_columns
 from ingest.spec.contract_source import check_source
@@ -36,10 +37,10 @@ TOP_KEYS = ("name", "source", "transform", "uid", "target", "checkpoint", "dead_
             "trigger", "spark_conf", "cdc", "schema_evolution") + operations_spec.TOP_KEYS
 TRANSFORM_KEYS = ("select", "where")
 TARGET_KEYS = ("path", "table", "mode", "order_by", "partition_by", "cluster_by", "dedup_horizon",
-               "deletes", "history")
+               "deletes", "history", "properties")
 CDC_KEYS = ("format", "key", "sequence", "encodings")
 HORIZON_KEYS = ("column", "within")
-DEAD_LETTER_KEYS = ("path", "table", "max_share")
+DEAD_LETTER_KEYS = ("path", "table", "max_share", "properties")
 TRIGGER_KEYS = ("available_now", "processing_time")
 
 NAME = re.compile(r"[a-z][a-z0-9_]*")
@@ -165,6 +166,7 @@ def _target(c: Check, top: dict, with_cdc: bool) -> Target | None:
         c.add("exclusive_keys", "target.cluster_by", "partition_by and cluster_by are both given; expected "
               "one of them (cluster_by is liquid clustering, which replaces partitions)")
     horizon = _horizon(c, target.get("dedup_horizon"))
+    properties = table_properties.check(c, "target", target.get("properties"), updates=mode == "upsert")
     if horizon is not None and mode == "upsert":
         c.add("exclusive_keys", "target.dedup_horizon", "dedup_horizon is given with mode upsert: an "
               "update may move the horizon column by more than `within`, and the next version of that "
@@ -173,7 +175,7 @@ def _target(c: Check, top: dict, with_cdc: bool) -> Target | None:
     if c.failed(mark):
         return None
     return Target(path, table, mode, order_by, tuple(partition_by or ()), tuple(cluster_by or ()),
-                  horizon, deletes, bool(history))
+                  horizon, deletes, bool(history), frozen_map(properties))
 
 
 def _cdc(c: Check, raw: Any) -> Cdc | None:
@@ -329,16 +331,17 @@ def _dead_letter(c: Check, raw: Any, target: Target | None) -> DeadLetter | None
     if values is None:
         return None
     max_share = _max_share(c, values.get("max_share"))
-    if values.get("path") is None and values.get("table") is None \
-            and not (c.misspelt("dead_letter.path") or c.misspelt("dead_letter.table")):
+    properties = frozen_map(table_properties.check(c, "dead_letter", values.get("properties"), updates=True))
+    if values.get("path") is None and values.get("table") is None and not any(
+            c.misspelt(f"dead_letter.{key}") for key in ("path", "table")):
         if target is None:
             return None
         # contract default: next to the target, with a _dead_letter suffix
         if target.path is not None:
-            return DeadLetter(path=f"{target.path}_dead_letter", max_share=max_share)
-        return DeadLetter(table=f"{target.table}_dead_letter", max_share=max_share)
+            return DeadLetter(path=f"{target.path}_dead_letter", properties=properties, max_share=max_share)
+        return DeadLetter(table=f"{target.table}_dead_letter", properties=properties, max_share=max_share)
     path, table = _location(c, "dead_letter", values)
-    dead_letter = DeadLetter(path, table, max_share)
+    dead_letter = DeadLetter(path, table, properties, max_share)
     if target is not None and dead_letter.location == target.location:
         c.add("bad_value", "dead_letter", f"{dead_letter.location!r} is the target itself; "
               "expected a table of its own for dead letters")

@@ -32,7 +32,8 @@ def to_document(pipeline: Pipeline) -> dict:
         "checkpoint": pipeline.checkpoint,
         "dead_letter": _drop_empty({"path": pipeline.dead_letter.path,
                                     "table": pipeline.dead_letter.table,
-                                    "max_share": pipeline.dead_letter.max_share}),
+                                    "max_share": pipeline.dead_letter.max_share,
+                                    "properties": dict(pipeline.dead_letter.properties)}),
         "trigger": _trigger_document(pipeline.trigger),
         "spark_conf": dict(pipeline.spark_conf),
         "schema_evolution": pipeline.schema_evolution,
@@ -101,6 +102,7 @@ def _target_document(target: Target, deletes_apply: bool = False) -> dict:
         "dedup_horizon": {"column": horizon.column, "within": horizon.within} if horizon else None,
         "deletes": target.deletes if deletes_apply else None,
         "history": True if target.history else None,
+        "properties": dict(target.properties),
     })
 
 

@@ -12,7 +12,7 @@ from typing import Mapping
 
 FORMATS = ("json", "avro", "protobuf", "string", "bytes")
 REGISTRY_FORMATS = ("avro", "protobuf")  # decoded with a schema from a registry or a file
-SCHEMA_EVOLUTIONS = ("add_columns", "fail")
+SCHEMA_EVOLUTIONS = ("add_columns", "fail", "widen")
 MODES = ("insert_only", "upsert")
 ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
 UID_KINDS = ("header", "field", "fields", "coordinates", "key")
@@ -130,6 +130,7 @@ class Target:
     dedup_horizon: DedupHorizon | None = None
     deletes: str = "soft"  # soft: the row stays with _deleted = true; hard: the row goes
     history: bool = False  # SCD type 2: every version, with _valid_from, _valid_to, _current
+    properties: Mapping[str, str] = field(default_factory=frozen_map)  # Delta table properties
 
     @property
     def location(self) -> str:
@@ -173,6 +174,7 @@ CDC_ENCODINGS = (
 class DeadLetter:
     path: str | None = None
     table: str | None = None
+    properties: Mapping[str, str] = field(default_factory=frozen_map)  # Delta table properties
     # a batch with a larger share of dead letters fails the run (exit 1); None: never
     max_share: float | None = None
 
@@ -229,7 +231,8 @@ class Pipeline:
     spark_conf: Mapping[str, str] = field(default_factory=frozen_map)
     operations: Operations = Operations()
     cdc: Cdc | None = None
-    # add_columns: a new payload column is added to the target; fail: any change stops the run
+    # add_columns: a new payload column is added to the target; fail: any change stops the run;
+    # widen: add_columns, and the type widenings Delta's MERGE applies (batch/schema_evolution.py)
     schema_evolution: str = "add_columns"
     # where it was declared, for messages
     source_file: str | None = None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from ingest.spec.model import DeadLetter, Pipeline
+from ingest.spec.model import Pipeline
 
 VARIABLES = ("topic",)
 TOPIC = "${topic}"
@@ -56,8 +56,8 @@ def for_topic(pipeline: Pipeline, topic: str) -> Pipeline:
         source=replace(source, schema=schema, registry=registry),
         target=replace(target, path=render(target.path, topic),
                        table=render(target.table, topic, in_table_name=True)),
-        dead_letter=DeadLetter(path=render(dead.path, topic),
-                               table=render(dead.table, topic, in_table_name=True)),
+        dead_letter=replace(dead, path=render(dead.path, topic),
+                            table=render(dead.table, topic, in_table_name=True)),
     )
 
 

@@ -1,5 +1,12 @@
 """Table maintenance of a pipeline's target and dead letters: compaction and VACUUM.
 
+Where deletion vectors are on (`delta.enableDeletionVectors`, ingest's default
+where the MERGE updates), compaction first purges them (REORG TABLE ... APPLY
+(PURGE)): each file with rows marked deleted is written again without them, so
+readers stop reading rows only to drop them, and VACUUM can later remove the old
+files and their vectors. OPTIMIZE alone rewrites only small files and those with
+many rows deleted.
+
 Safe while the pipeline runs: OPTIMIZE only rewrites files (a running MERGE that
 loses the conflict check retries, see `batch.commit.conflicts`, and so does OPTIMIZE
 here), and VACUUM never deletes a file younger than the longest of the
@@ -71,6 +78,8 @@ def maintain(spark, pipeline: Pipeline, optimize: bool, vacuum: bool, zorder: bo
     for name, table in tables(pipeline):
         if not table_exists(spark, table):
             continue
+        if optimize and deletion_vectors_on(spark, table):
+            done.append(purge_vectors(spark, name, table))
         if optimize:
             done.append(compact(spark, name, table, zorder_by=UID if zorder and name == "target" else None))
         if vacuum and name == DELETE_LOG:
@@ -90,6 +99,22 @@ def compact(spark, name: str, table: Target, zorder_by: str | None = None) -> Ma
     retry_conflicts(run, f"OPTIMIZE of {table.location}")
     return Maintained(name, table.location, "optimize" + (f" (Z-order by {zorder_by})" if zorder_by else ""),
                       before, files(spark, table))
+
+
+def purge_vectors(spark, name: str, table: Target) -> Maintained:
+    """REORG TABLE ... APPLY (PURGE): the files with deletion vectors written again without
+    their deleted rows (a commit like OPTIMIZE's, retried the same way on a conflict)."""
+    before = files(spark, table)
+    done = retry_conflicts(lambda: spark.sql(f"REORG TABLE {_sql_name(table)} APPLY (PURGE)").collect(),
+                           f"REORG of {table.location}")
+    metrics = done[0].metrics.asDict(recursive=True) if done and "metrics" in done[0] else {}
+    rewritten = metrics.get("numFilesRemoved")
+    return Maintained(name, table.location, "purge deletion vectors", before, files(spark, table),
+                      "" if rewritten is None else f"{rewritten} files with deleted rows written again")
+
+
+def deletion_vectors_on(spark, table: Target) -> bool:
+    return _properties(spark, table).get("delta.enableDeletionVectors") == "true"
 
 
 def vacuum_table(spark, name: str, table: Target, retain_seconds: int) -> Maintained:
@@ -121,8 +146,7 @@ def files(spark, table: Target) -> Files:
 
 def deleted_file_retention_s(spark, table: Target) -> int:
     """The table's `delta.deletedFileRetentionDuration` ("interval 7 days"), default 7 days."""
-    properties = _delta(spark, table).detail().select("properties").first().properties or {}
-    text = properties.get("delta.deletedFileRetentionDuration")
+    text = _properties(spark, table).get("delta.deletedFileRetentionDuration")
     match = _INTERVAL.match(text or "")
     if not match:
         return DELTA_DEFAULT_RETENTION_S
@@ -132,6 +156,14 @@ def deleted_file_retention_s(spark, table: Target) -> int:
 
 def _delta(spark, table: Target):
     return delta_table(spark, table)
+
+
+def _properties(spark, table: Target) -> dict:
+    return _delta(spark, table).detail().select("properties").first().properties or {}
+
+
+def _sql_name(table: Target) -> str:
+    return table.table or "delta.`" + (table.path or "").replace("`", "``") + "`"
 
 
 def _size(count: int) -> str:

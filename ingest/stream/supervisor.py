@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from ingest.batch.lost_ranges import record_lost
+from ingest.batch.merge import properties as table_properties
 from ingest.batch.processor import BatchReport
 from ingest.errors import SpecErrors, first_line, first_lines
 from ingest.kafka.checkpoint import read_state
@@ -156,6 +157,9 @@ class Supervisor:
 
     def _start_one(self, run: _Running) -> None:
         pipeline, watermarks = run.pipeline, run.watermarks
+        for changed in table_properties.apply(self.spark, pipeline):
+            self.on_note(f"{pipeline.name}: {changed.table} {changed.location}: {changed.key} set to "
+                         f"{changed.wanted!r} (was {changed.current!r})")
         plan = recovery.plan_start(self.spark, pipeline, watermarks)
         for note in plan.notes + recovery.check_gaps(pipeline, plan):
             self.on_note(note)

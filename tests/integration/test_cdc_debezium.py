@@ -96,13 +96,16 @@ def cdc_of(pipeline):
 
 
 def landed(spark, pipeline, columns: str) -> list[tuple]:
-    """The table's live rows, read with Spark and with delta-rs, which must agree."""
-    from deltalake import DeltaTable
+    """The table's live rows, read with Spark and with delta-rs, which must agree. delta-rs
+    through its SQL engine: a cdc target has deletion vectors, which its pyarrow reader refuses."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, QueryBuilder
 
     names = columns.split(", ")
     by_spark = [tuple(r) for r in table(spark, pipeline.target.path).where("NOT _deleted")
                 .orderBy("id").select(*names).collect()]
-    arrow = DeltaTable(pipeline.target.path).to_pyarrow_table().to_pylist()
+    arrow = pa.table(QueryBuilder().register("t", DeltaTable(pipeline.target.path))
+                     .execute("SELECT * FROM t").read_all()).to_pylist()
     by_delta_rs = sorted((tuple(naive_utc(r[n]) for n in names) for r in arrow if not r["_deleted"]),
                          key=lambda r: r[0])
     assert by_delta_rs == by_spark

@@ -402,6 +402,18 @@ API_CELLS = {("insert_only", "one_table", "json"), ("cdc", "one_table", "json")}
 KNOWN: dict[tuple[str, str, str], str] = {}
 
 
+def vectors_as_the_kind_wants(spark, kind_name: str, path: str) -> None:
+    """Deletion vectors on where the kind's MERGE updates or deletes (ingest's default, so every
+    cell but insert_only goes through its crashes, recovery, replay and verify with them), and
+    written there by the MERGEs; off for insert_only."""
+    located = DeltaTable.forPath(spark, path)
+    on = (located.detail().first().properties or {}).get("delta.enableDeletionVectors")
+    assert on == ("false" if kind_name == "insert_only" else "true"), f"{path}: delta.enableDeletionVectors {on}"
+    added = sum(int((row.operationMetrics or {}).get("numTargetDeletionVectorsAdded") or 0)
+                for row in located.history().collect() if row.operation == "MERGE")
+    assert (added > 0) == (on == "true"), f"{path}: {added} deletion vectors added by its MERGEs"
+
+
 def test_the_api_cells_are_cells_of_the_matrix():
     assert API_CELLS <= set(CELLS), "a cell named for the API check is not in the matrix"
 
@@ -459,6 +471,8 @@ def test_every_kind_is_exact_through_crashes_a_lost_checkpoint_and_a_replay(
     for topic in topics:
         produced = [r for n in range(4) for r in phases[topic][n]]
         assert observed[topic] == kind.expected(produced), f"{topic}'s table"
+    for topic in topics:
+        vectors_as_the_kind_wants(spark, kind_name, tables[topic])
     bad = sum(r.payload == BAD for topic in topics for n in range(4) for r in phases[topic][n])
     found = dead_letters(spark, cell, kafka)
     assert len(found) == len(set(found)) == bad, f"dead letters {found}, {bad} bad records produced"

@@ -64,3 +64,45 @@ def test_schema_evolution_fail_stops_naming_the_column_and_writes_nothing(
     assert "column coupon (string) is new" in str(error) and "schema_evolution: fail" in str(error)
     assert [r._uid for r in table(spark, pipeline.target.path).collect()] == ["u-1"]
     assert not DeltaTable.isDeltaTable(spark, pipeline.dead_letter.path)
+
+
+def test_widen_grows_int_and_decimal_columns_in_place_and_refuses_a_type_delta_cannot_widen_to(
+        spark, kafka, topic, pipeline):
+    from delta.tables import DeltaTable
+    from pyspark.errors import StreamingQueryException
+
+    from ingest.stream.query import start_query
+
+    sender = Sender(kafka, topic)
+    narrow = replace(pipeline, schema_evolution="widen", source=replace(
+        pipeline.source, schema="order_id STRING NOT NULL, qty INT, price DECIMAL(10,2)"))
+    sender.send({"order_id": "o1", "qty": 1, "price": "1.25"}, uid="u-1")
+    sender.flush()
+    run_once(spark, narrow, timeout=600)
+    path = pipeline.target.path
+    assert DeltaTable.forPath(spark, path).detail().first().properties["delta.enableTypeWidening"] == "true"
+
+    sender.send({"order_id": "o2", "qty": 3_000_000_000, "price": "12345678901.125"}, uid="u-2")
+    sender.flush()
+    wide = replace(narrow, source=replace(
+        narrow.source, schema="order_id STRING NOT NULL, qty BIGINT, price DECIMAL(14,3)"))
+    run_once(spark, wide, timeout=600)
+    types = {f.name: f.dataType.simpleString() for f in table(spark, path).schema.fields}
+    assert (types["qty"], types["price"]) == ("bigint", "decimal(14,3)")
+    rows = {r._uid: (r.qty, str(r.price)) for r in table(spark, path).collect()}
+    assert rows == {"u-1": (1, "1.250"), "u-2": (3_000_000_000, "12345678901.125")}
+
+    sender.send({"order_id": "o3", "qty": "many", "price": "1"}, uid="u-3")
+    sender.flush()
+    texts = replace(wide, source=replace(wide.source, schema="order_id STRING NOT NULL, qty STRING, "
+                                                            "price DECIMAL(14,3)"))
+    query, processor = start_query(spark, texts, once=True)
+    try:
+        with pytest.raises(StreamingQueryException):
+            query.awaitTermination(600)
+    finally:
+        query.stop()
+    _, _, error = processor.failure
+    assert "column qty is bigint in the target and string in the batch (a type Delta's MERGE does not " \
+           "widen to" in str(error)
+    assert sorted(r._uid for r in table(spark, path).collect()) == ["u-1", "u-2"]

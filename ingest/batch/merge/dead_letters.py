@@ -101,5 +101,8 @@ def _create_if_missing(session, table: DeadLetter, rows: DataFrame) -> None:
     builder = table_builder_at(session, table)
     # Every column nullable: the first rows' literals (pipeline, batch id) would otherwise make
     # their columns NOT NULL, and a lost range's row, which has no batch id, could never land.
-    builder.addColumns(StructType([StructField(f.name, f.dataType, True, f.metadata)
-                                   for f in rows.schema.fields])).execute()
+    builder = builder.addColumns(StructType([StructField(f.name, f.dataType, True, f.metadata)
+                                             for f in rows.schema.fields]))
+    for key, value in table.properties.items():  # ingest sets none of its own here
+        builder = builder.property(key, value)
+    builder.execute()

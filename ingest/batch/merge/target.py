@@ -6,18 +6,21 @@ Every merge mode builds on these.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from ingest.batch.commit.warm_state import TABLE_CHECKPOINT_INTERVAL
+from ingest.batch.merge.properties import ingest_properties
 from ingest.batch.staged import RAW, REASON, STAGE
 from ingest.platform.delta import delta_table, table_builder_at
 from ingest.spec.columns import UID
 from ingest.spec.model import Target
 
-# a user's default for new tables wins over ingest's interval
-DEFAULT_CHECKPOINT_INTERVAL = "spark.databricks.delta.properties.defaults.checkpointInterval"
+# a user's session default for new tables (this prefix, then the property's name without
+# `delta.`) wins over ingest's own value for that property
+SESSION_DEFAULTS = "spark.databricks.delta.properties.defaults."
+DEFAULT_CHECKPOINT_INTERVAL = SESSION_DEFAULTS + "checkpointInterval"
 COORDINATE_COLUMNS = ("_topic", "_partition", "_offset", "_kafka_timestamp", "_ingested_at")
 
 
@@ -57,12 +60,20 @@ def target_schema(session, target: Target):
     return delta_table(session, target).toDF().schema
 
 
-def create_table(session, target: Target, rows: DataFrame) -> None:
+def creation_properties(session, target: Target, needed: Mapping[str, str] | None = None) -> dict[str, str]:
+    """ingest's properties where the session has no default of its own, then what the
+    pipeline's settings need (`needed`), then the pipeline's `properties`, which win."""
+    chosen = {key: value for key, value in ingest_properties(target).items()
+              if session.conf.get(SESSION_DEFAULTS + key.removeprefix("delta."), None) is None}
+    return {**chosen, **(needed or {}), **target.properties}
+
+
+def create_table(session, target: Target, rows: DataFrame, needed: Mapping[str, str] | None = None) -> None:
     """Create the target with the batch's columns, if no one has yet."""
     builder = table_builder_at(session, target)
     builder = builder.addColumns(rows.schema)
-    if session.conf.get(DEFAULT_CHECKPOINT_INTERVAL, None) is None:  # checkpoints beside the batches
-        builder = builder.property("delta.checkpointInterval", str(TABLE_CHECKPOINT_INTERVAL))
+    for key, value in creation_properties(session, target, needed).items():
+        builder = builder.property(key, value)
     if target.partition_by:
         builder = builder.partitionedBy(*target.partition_by)
     if target.cluster_by:

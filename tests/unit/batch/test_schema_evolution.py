@@ -51,3 +51,25 @@ def test_a_required_column_gone_is_refused_and_an_optional_one_is_not():
     check(TARGET, batch(("amount", None)), "fail", "t")
     with pytest.raises(SchemaChangeRefused, match="order_id is NOT NULL in the target and gone"):
         check(TARGET, batch(("order_id", None)), "add_columns", "t")
+
+
+def test_widen_lets_through_the_widenings_delta_merges_and_refuses_the_rest_naming_both_types():
+    from pyspark.sql.types import DateType, DecimalType, DoubleType, FloatType, LongType, TimestampNTZType
+
+    from ingest.batch.schema_evolution import widens
+
+    target = StructType([StructField("qty", IntegerType()), StructField("price", DecimalType(10, 2)),
+                         StructField("day", DateType()), StructField("ratio", FloatType())])
+    wider = StructType([StructField("qty", LongType()), StructField("price", DecimalType(12, 3)),
+                        StructField("day", TimestampNTZType()), StructField("ratio", DoubleType())])
+    check(target, wider, "widen", "t")
+    with pytest.raises(SchemaChangeRefused, match=r"qty is int in the target and bigint in the batch "
+                       r"\(Delta's type widening could take it: set schema_evolution: widen\)"):
+        check(target, wider, "add_columns", "t")
+    narrower = StructType([StructField("qty", StringType()), StructField("price", DecimalType(12, 1))])
+    with pytest.raises(SchemaChangeRefused) as refused:
+        check(target, narrower, "widen", "t")
+    assert "qty is int in the target and string in the batch (a type Delta's MERGE does not widen" in str(
+        refused.value)
+    assert "price is decimal(10,2) in the target and decimal(12,1) in the batch" in str(refused.value)
+    assert not widens(LongType(), IntegerType()) and not widens(IntegerType(), DoubleType())
