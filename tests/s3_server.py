@@ -98,6 +98,15 @@ class LocalS3:
         for key, value in self.hadoop_conf(bucket, endpoint).items():
             hadoop.set(key, value)
 
+    def spark_defaults(self, folder: Path, bucket: str) -> Path:
+        """A SPARK_CONF_DIR whose spark-defaults.conf points a child `ingest run`'s S3A at this
+        server for `bucket`, as an operator would configure S3 for spark-submit (the children of
+        test_s3_two_writers.py read it)."""
+        folder.mkdir(parents=True, exist_ok=True)
+        lines = [f"spark.hadoop.{key} {value}" for key, value in self.hadoop_conf(bucket).items()]
+        (folder / "spark-defaults.conf").write_text("\n".join(lines) + "\n")
+        return folder
+
 
 class HeldPut:
     """A TCP relay in front of the stand-in that, once armed, holds the next PUT of a Delta log
