@@ -28,7 +28,7 @@ from ingest.platform.connect import (
     server_lost,
     unreachable,
 )
-from ingest.platform.session import on_databricks
+from ingest.platform.builder import on_databricks
 from ingest.spec.locations import shared_locations
 from ingest.spec.model import Pipeline
 from ingest.spec.sql_check import check_sql
