@@ -12,8 +12,16 @@ import sys
 import threading
 from collections.abc import Mapping
 
-from ingest.platform.builder import (DELTA_CONF, DRIVER_DEFAULTS, LOCAL_DEFAULTS, check_jar_mode, configured,
-                                     jar_conf, on_databricks, under_spark_submit)
+from ingest.platform.builder import (
+    DELTA_CONF,
+    DRIVER_DEFAULTS,
+    LOCAL_DEFAULTS,
+    check_jar_mode,
+    configured,
+    jar_conf,
+    on_databricks,
+    under_spark_submit,
+)
 
 
 def get_session(app_name: str = "ingest", conf: dict[str, str] | None = None,

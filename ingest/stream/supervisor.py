@@ -19,6 +19,7 @@ from ingest.batch.lost_ranges import record_lost
 from ingest.batch.processor import BatchReport
 from ingest.errors import SpecErrors, first_line, first_lines
 from ingest.kafka.checkpoint import read_state
+from ingest.platform.builder import on_databricks
 from ingest.platform.connect import (
     ConnectUnsupported,
     abandon,
@@ -28,7 +29,6 @@ from ingest.platform.connect import (
     server_lost,
     unreachable,
 )
-from ingest.platform.builder import on_databricks
 from ingest.spec.locations import shared_locations
 from ingest.spec.model import Pipeline
 from ingest.spec.sql_check import check_sql
