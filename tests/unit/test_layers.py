@@ -231,3 +231,13 @@ def test_no_import_circle():
     found = circles(graph)
     assert not found, "import circles:\n" + "\n".join(
         "  " + ", ".join(f"{m} -> {sorted(graph[m] & set(c))}" for m in c) for c in found)
+
+
+# One module, one job: a module past 500 lines is doing two (the developers' guide).
+MAX_LINES = 500
+
+
+@pytest.mark.parametrize("module,path", list(source_modules()), ids=lambda v: str(v) if isinstance(v, str) else "")
+def test_no_module_is_over_500_lines(module, path):
+    lines = len(path.read_text().splitlines())
+    assert lines <= MAX_LINES, f"{module} has {lines} lines, over {MAX_LINES}: split it by job"
