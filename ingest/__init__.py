@@ -118,7 +118,7 @@ def verify(spark: SparkSession, path: PathLike, env: str = "local",
 def configure_spark(builder: SparkSession.Builder) -> SparkSession.Builder:
     """`builder` with Delta and Spark's Kafka connector set up (jars as `INGEST_JARS` says),
     in the style of delta-spark's `configure_spark_with_delta_pip`; the session is yours."""
-    from ingest.platform.session import configure_builder
+    from ingest.platform.builder import configure_builder
 
     return configure_builder(builder)
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from bench.harness.legs import Topic, bench_pipeline, fresh_dir, run_ingest
 from bench.harness.meter import Meter
+from bench.harness.runner import Part, main
 
 
 def py_spy() -> Path | None:
@@ -77,7 +78,10 @@ def _short(frame: str) -> str:
     return f"{where.rsplit('/', 1)[-1].rstrip(')')} {name.split('.<locals>')[0]}"
 
 
-if __name__ == "__main__":  # this part alone, kept beside the suite's results as profile.json
-    from bench.studies import suite
+PART = Part("profile", "bench.profiles.driver_profile",
+            measure=lambda run: profile_ingest(run.bench, run.topic),
+            title=lambda scale: "profiling one ingest run")
 
-    sys.exit(suite.main(part="profile"))
+
+if __name__ == "__main__":  # this part alone, kept beside the suite's results as profile.json
+    sys.exit(main([PART], alone=PART))

@@ -62,7 +62,8 @@ def timeline(spark, jobs_before: int) -> list[dict]:
 
 def profile(batches: int, records: int, settings: dict[str, str], recording: Path) -> list[dict]:
     """Runs the batches under JFR; the job timeline of one more batch, run after the recording."""
-    from ingest.platform.session import LOCAL_DEFAULTS, get_session
+    from ingest.platform.builder import LOCAL_DEFAULTS
+    from ingest.platform.session import get_session
 
     java_options = f"{LOCAL_DEFAULTS['spark.driver.extraJavaOptions']} -XX:FlightRecorderOptions:stackdepth=1024"
     spark = get_session("bench-jvm-profile", master="local[2]",

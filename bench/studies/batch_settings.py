@@ -89,7 +89,7 @@ def ingest_side(spark, root: Path):
                         uid=Uid(header=UID_HEADER), target=Target(path=str(root / "target")),
                         checkpoint=str(checkpoint), dead_letter=DeadLetter(path=str(root / "dead")))
     processor = BatchProcessor(pipeline, payload_schema(spark, pipeline), on_report=lambda report: None)
-    processor._topic_ids = {"bench": "bench-id"}  # no broker here: the topic id is not what is measured
+    processor.position.topic_ids = {"bench": "bench-id"}  # no broker here: the topic id is not what is measured
     return processor
 
 

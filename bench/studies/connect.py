@@ -35,8 +35,8 @@ from typing import Any
 from bench import BENCH, REPO, RESULTS
 from bench.harness import report
 from bench.harness.legs import Topic, audit, bench_pipeline, fresh_dir
+from bench.harness.runner import FULL, QUICK, SMOKE, machine, produce
 from bench.studies.fixed_cost import BATCH_RECORDS
-from bench.studies.suite import FULL, QUICK, SMOKE, machine, produce
 from tests.connect.server import IN_PROCESS_SERVER_VARIABLES, SERVER_TEST_CONF, ConnectServer
 
 LEGS = ("classic", "connect")

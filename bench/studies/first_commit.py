@@ -22,6 +22,7 @@ from pathlib import Path
 from bench import REPO
 from bench.harness.datagen import SCHEMA, UID_HEADER
 from bench.harness.legs import fresh_dir
+from bench.harness.runner import Part, log, main
 
 BARE = "--bare"
 COMMIT = "{:020d}.json"
@@ -129,10 +130,13 @@ def bare_write(table: str, rows: int) -> None:
     spark.stop()
 
 
+PART = Part("r4", "bench.studies.first_commit", before_spark=True,
+            measure=lambda run: run_all(run.kafka, run.small.name, run.scale.r4_records, run.work, run.reps, log),
+            title=lambda scale: "R4: time to first commit, fresh processes")
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == [BARE]:  # launched by bare_command, from the repository's root
         bare_write(sys.argv[2], int(sys.argv[3]))
     else:  # R4 alone, kept beside the suite's results as r4.json
-        from bench.studies import suite
-
-        sys.exit(suite.main(part="r4"))
+        sys.exit(main([PART], alone=PART))

@@ -15,6 +15,7 @@ import sys
 from dataclasses import replace
 
 from bench.harness.legs import LEG_FUNCTIONS, Topic, audit, fresh_dir
+from bench.harness.runner import Part, log, main
 
 BATCH_RECORDS = 500
 LEGS = ("plain_append", "ingest")
@@ -41,7 +42,11 @@ def run_all(bench, topic: Topic, reps: int, log) -> dict:
     return {"batch_records": BATCH_RECORDS, "runs": runs}
 
 
-if __name__ == "__main__":  # this part alone, kept beside the suite's results as l1.json
-    from bench.studies import suite
+PART = Part("l1", "bench.studies.fixed_cost", guarded=True,
+            measure=lambda run: run_all(run.bench, run.own_topic, run.reps, log),
+            title=lambda scale: f"L1: fixed cost per batch, {BATCH_RECORDS}-record batches",
+            topic_records=lambda scale: scale.l1_records)
 
-    sys.exit(suite.main(part="l1"))
+
+if __name__ == "__main__":  # this part alone, kept beside the suite's results as l1.json
+    sys.exit(main([PART], alone=PART))

@@ -20,6 +20,7 @@ from dataclasses import replace
 
 from bench.harness import datagen
 from bench.harness.legs import bench_pipeline, fresh_dir, run_ingest
+from bench.harness.runner import Part, log, main
 
 SIZES = (10, 1000)
 BATCH_RECORDS = 500
@@ -104,7 +105,10 @@ def run_all(bench, reps: int, log) -> dict:
     return {"sizes": list(SIZES), "batch_records": BATCH_RECORDS, "build_seconds": built, "runs": runs}
 
 
-if __name__ == "__main__":  # this part alone, kept beside the suite's results as g1.json
-    from bench.studies import suite
+PART = Part("g1", "bench.studies.history", guarded=True,
+            measure=lambda run: run_all(run.bench, run.reps, log),
+            title=lambda scale: "G1: one batch after 1,000 commits / after 10")
 
-    sys.exit(suite.main(part="g1"))
+
+if __name__ == "__main__":  # this part alone, kept beside the suite's results as g1.json
+    sys.exit(main([PART], alone=PART))

@@ -24,6 +24,7 @@ from confluent_kafka import Producer
 from bench.harness import datagen
 from bench.harness.legs import Topic, append_query, bench_pipeline, decoded, fresh_dir, merge_bounds
 from bench.harness.report import draw
+from bench.harness.runner import Part, log, main
 
 RATE = 200  # records per second
 SECONDS = 40
@@ -69,9 +70,9 @@ def bench_topic(name: str) -> Topic:
 def commits(target: str) -> dict[str, tuple[int, int]]:
     """Data file name -> (version, commit timestamp in ms) of the commit that added it."""
     added = {}
-    for log in sorted(Path(target, "_delta_log").glob("*.json")):
-        version = int(log.name.split(".")[0])
-        actions = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    for commit_file in sorted(Path(target, "_delta_log").glob("*.json")):
+        version = int(commit_file.name.split(".")[0])
+        actions = [json.loads(line) for line in commit_file.read_text().splitlines() if line.strip()]
         stamp = next((a["commitInfo"]["timestamp"] for a in actions if "commitInfo" in a), None)
         for action in actions:
             if "add" in action and stamp is not None:
@@ -194,7 +195,10 @@ def plot(results: dict, path: Path) -> bool:
     return draw(path, paint, panels=2)
 
 
-if __name__ == "__main__":  # this part alone, kept beside the suite's results as latency.json
-    from bench.studies import suite
+PART = Part("latency", "bench.studies.latency", guarded=True, plot=plot,
+            measure=lambda run: run_all(run.bench, run.reps, log),
+            title=lambda scale: f"latency: {RATE} records/s, trigger {TRIGGER}")
 
-    sys.exit(suite.main(part="latency"))
+
+if __name__ == "__main__":  # this part alone, kept beside the suite's results as latency.json
+    sys.exit(main([PART], alone=PART))

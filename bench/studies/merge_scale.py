@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from bench.harness.datagen import create_topic, produce_topic
 from bench.harness.legs import Topic, audit, bench_pipeline, fresh_dir, run_ingest
 from bench.harness.meter import Meter, merge_files
+from bench.harness.runner import Part, log, main
 
 TARGET_SCHEMA = ("_uid STRING, event_id STRING, user_id STRING, session_id STRING, event_type STRING, "
                  "page STRING, referrer STRING, country STRING, device STRING, amount DOUBLE, "
@@ -244,7 +245,9 @@ def sweep(bench, prepared: Prepared, log) -> list[dict]:
     return runs
 
 
-if __name__ == "__main__":  # this part alone, kept beside the suite's results as r2.json
-    from bench.studies import suite
+PART = Part("r2", "bench.studies.merge_scale",
+            measure=lambda run: run_all(run.bench, run.scale, run.reps, log))
 
-    sys.exit(suite.main(part="r2"))
+
+if __name__ == "__main__":  # this part alone, kept beside the suite's results as r2.json
+    sys.exit(main([PART], alone=PART))

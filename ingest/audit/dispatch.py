@@ -4,9 +4,9 @@ record audit otherwise, and for a table per topic, the fitting one per table."""
 
 from __future__ import annotations
 
-from ingest.audit.per_table import PerTableReport, verify_per_table
-from ingest.audit.verify import VerifyReport, verify
-from ingest.audit.verify_changes import ChangesReport, verify_changes
+from ingest.audit.per_table import PerTableReport, verify_per_table, verify_table
+from ingest.audit.verify import VerifyReport
+from ingest.audit.verify_changes import ChangesReport
 from ingest.spec.model import Pipeline
 from ingest.spec.template import is_per_topic
 
@@ -18,11 +18,3 @@ def verify_pipeline(spark, pipeline: Pipeline) -> AnyReport:
         return verify_per_table(spark, pipeline)
     return verify_table(spark, pipeline)
 
-
-def verify_table(spark, pipeline: Pipeline, only_topics: tuple[str, ...] | None = None
-                 ) -> VerifyReport | ChangesReport:
-    """One table: `only_topics` for a table of a per-topic pipeline, whose checkpoint
-    and dead letters may be shared with the other tables."""
-    if pipeline.cdc is not None:
-        return verify_changes(spark, pipeline, only_topics)
-    return verify(spark, pipeline, only_topics)

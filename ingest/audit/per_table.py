@@ -1,4 +1,5 @@
-"""`status` and `verify` of a pipeline with a table per topic: one report per table.
+"""One table's audit (`verify_table`: the change audit for `cdc`, the record audit otherwise),
+and `status` and `verify` of a pipeline with a table per topic: one report per table.
 
 Each table is audited as the single-table pipeline it is: the pipeline rendered
 for its topics (`spec.template.for_topic`), subscribed to those topics only.
@@ -11,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ingest.audit.status import WARNING, Finding, StatusReport, status
-from ingest.audit.verify import VerifyReport
-from ingest.audit.verify_changes import ChangesReport
+from ingest.audit.verify import VerifyReport, verify
+from ingest.audit.verify_changes import ChangesReport, verify_changes
 from ingest.errors import IngestError
 from ingest.kafka import admin as kafka_admin
 from ingest.kafka.checkpoint import read_state
@@ -81,10 +82,17 @@ def _nothing_read_yet(report: StatusReport) -> StatusReport:
     return replace(report, findings=findings)
 
 
-def verify_per_table(spark, pipeline: Pipeline) -> PerTableReport:
-    """Each table by the audit that fits it (`dispatch.verify_table`: cdc or not)."""
-    from ingest.audit.dispatch import verify_table  # it dispatches here: imported when called
+def verify_table(spark, pipeline: Pipeline, only_topics: tuple[str, ...] | None = None
+                 ) -> VerifyReport | ChangesReport:
+    """One table by the audit that fits it: `only_topics` for a table of a per-topic
+    pipeline, whose checkpoint and dead letters may be shared with the other tables."""
+    if pipeline.cdc is not None:
+        return verify_changes(spark, pipeline, only_topics)
+    return verify(spark, pipeline, only_topics)
 
+
+def verify_per_table(spark, pipeline: Pipeline) -> PerTableReport:
+    """Each table by the audit that fits it (`verify_table`: cdc or not)."""
     kafka_admin.check_reachable(pipeline.source.kafka)
     topics, _ = _topics(spark, pipeline)
     tables = [TableReport(table, group, verify_table(spark, one, only_topics=group))

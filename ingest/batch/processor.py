@@ -8,10 +8,15 @@ does", top to bottom:
      key, value or headers). One aggregation over it reads Kafka once, fills
      the cache and gives the counts per stage, offsets per partition, unique
      uids and the MERGE bounds.
+     Then the batch's position (`commit.position`): the range Spark planned,
+     the topic ids and the txn id, and a batch id the target has already
+     committed checked to be the same range; then the ranges retention lost
+     (on_data_loss: record).
 4.   the failed records, only when there are some, to the dead letters (read
      again from Kafka: nothing is kept for them in a batch without failures);
      then one MERGE from the cached source under the idempotent txn id with
-     the offsets and counts in the commit, even when no row is left to merge.
+     the offsets and counts in the commit, even when no row is left to merge
+     (a MERGE Delta skipped checked to be the same range).
 5.   Spark commits the batch in the checkpoint.
 """
 
@@ -32,6 +37,7 @@ from pyspark.sql.types import StructType
 from ingest.batch import lost_ranges, schema_evolution, transform
 from ingest.batch.commit import faults, ledger
 from ingest.batch.commit.conflicts import retry_conflicts
+from ingest.batch.commit.position import BatchPosition, QueryPosition
 from ingest.batch.commit.warm_state import StateWarmer
 from ingest.batch.formats.cdc import decode_envelope
 from ingest.batch.formats.decode import decode
@@ -40,8 +46,6 @@ from ingest.batch.merge import mode as merge_mode
 from ingest.batch.merge.target import MergeResult, target_schema
 from ingest.batch.staged import KEEP, RAW, REASON, STAGE, TOMBSTONE, UNKNOWN_FIELDS
 from ingest.batch.uid import mark_one_per_uid, with_uid
-from ingest.kafka import admin as kafka_admin
-from ingest.kafka import checkpoint as spark_checkpoint
 from ingest.kafka.offsets import Offsets
 from ingest.platform.caching import kept, let_go
 from ingest.platform.delta import table_exists
@@ -137,19 +141,17 @@ class BatchProcessor:
     bounded: bool = True
     # the table among a pipeline's per-topic tables (`batch.routing`), part of its txn app id
     table_key: str | None = None
-    _query_id: str | None = None
-    _target_ready: bool = False
     # (batch id, end offsets if known, error) of the batch that failed, for the run's message
     failure: tuple | None = None
+    position: QueryPosition = field(init=False)  # where the query is, kept from batch to batch
+    _target_ready: bool = False
     _batch_offsets: dict | None = None
-    _planned_end: tuple | None = None  # (batch id, Spark's planned end offsets) of the last batch
-    _txn_version: int | None = -2  # the target's for the app id when the run started; -2: not read
-    _topic_ids: dict | None = None
-    _ids_end: dict = field(default_factory=dict)  # the end offsets the topic ids were last given for
     _accepted_columns: StructType | None = None  # the batch columns last checked against the target
-    _origin_offsets: dict | None = None
     _warmer: StateWarmer | None = None  # the target's next state, computed beside the next batch
     _preparing: threading.Thread | None = None  # the target made while the query starts
+
+    def __post_init__(self) -> None:
+        self.position = QueryPosition(self.pipeline, self.table_key)
 
     def __getstate__(self) -> dict:
         """On Spark Connect foreachBatch pickles the processor to a worker beside the server:
@@ -205,33 +207,27 @@ class BatchProcessor:
             raise
 
     def _process(self, batch_df: DataFrame, batch_id: int) -> None:
+        """pipeline-spec.md's steps, each once; the exactly-once argument is `position`'s."""
         started = time.monotonic()
         session = batch_df.sparkSession
         with ExitStack() as cached:  # whatever a step persists is released when the batch ends
             staged, source, summary = self._stage(batch_df, cached)  # 1-3, one pass over Kafka
-            if self._preparing is not None:  # nothing of the batch has read the target yet
-                self._preparing.join()
-                self._preparing = None
+            self._target_made()
             self._batch_offsets = summary.end_offsets
-            start, end = self._planned(session, batch_id, summary)
-            ids = self._ids(end)
-            txn = ledger.batch_txn(self.pipeline.name, self._app_query_id(session), batch_id,
-                                   end, summary.counts, origin=self._origin(session, ids), table=self.table_key,
-                                   start_offsets=start, topic_ids=ids)
-            self._check_replay(session, batch_id, txn, start, end)
-            if start is not None and self.pipeline.records_data_loss:
-                self._record_skipped(session, batch_id, start, end, summary)
-            rows = merge_mode.batch_rows(source.where(F.col(STAGE).isNull()), self.pipeline)
-            self._check_schema(session, rows.schema)  # before anything of the batch is written
-            self._write_dead_letters(staged, summary, batch_id, txn)
-            merged = self._merge(session, rows, summary, batch_id, txn)  # 4
-            if merged.skipped and (self._txn_version is None or batch_id > self._txn_version):
-                # committed by another copy after this run read the txn version: the same range?
-                target = self.pipeline.target
-                ledger.check_skipped(session, target.location, bool(target.table), self.pipeline.name,
-                                     txn, start, end)
+            position = self.position.batch(session, batch_id, summary)
+            position.check_replay(session)  # before anything of the batch is written
+            self._record_lost(session, position, summary)
+            rows = self._rows(session, source)
+            self._write_dead_letters(staged, summary, position)
+            merged = self._merge(session, rows, summary, position)  # 4
+            position.check_skipped(session, merged.skipped)
             self.on_report(BatchReport(self.pipeline.name, batch_id, summary, merged,
                                        time.monotonic() - started))
+
+    def _target_made(self) -> None:
+        if self._preparing is not None:  # nothing of the batch has read the target yet
+            self._preparing.join()
+            self._preparing = None
 
     def _stage(self, batch_df: DataFrame, cached: ExitStack) -> tuple[DataFrame, DataFrame, BatchSummary]:
         """The staged records (lazy, raw evidence and all: read again only for dead
@@ -268,6 +264,13 @@ class BatchProcessor:
         KEEP marking the rows the MERGE takes."""
         return mark_kept(slim(staged), self.pipeline)
 
+    def _rows(self, session, source: DataFrame) -> DataFrame:
+        """The MERGE's rows, their columns checked against the target's before anything of the
+        batch is written."""
+        rows = merge_mode.batch_rows(source.where(F.col(STAGE).isNull()), self.pipeline)
+        self._check_schema(session, rows.schema)
+        return rows
+
     def _check_schema(self, session, columns: StructType) -> None:
         if columns == self._accepted_columns or not table_exists(session, self.pipeline.target):
             return
@@ -275,27 +278,32 @@ class BatchProcessor:
                                self.pipeline.schema_evolution, self.pipeline.target.location)
         self._accepted_columns = columns
 
-    def _record_skipped(self, session, batch_id: int, start, end, summary: BatchSummary) -> None:
-        """Written before the batch's own commits, each under its own txn id: a replay
+    def _record_lost(self, session, position: BatchPosition, summary: BatchSummary) -> None:
+        """The ranges retention deleted before the batch read them (on_data_loss: record).
+        Written before the batch's own commits, each under its own txn id: a replay
         after a crash finds the same ranges and adds nothing."""
-        gaps = lost_ranges.skipped_ranges(self.pipeline, start, end, summary.start_offsets)
+        if position.start is None or not self.pipeline.records_data_loss:
+            return
+        gaps = lost_ranges.skipped_ranges(self.pipeline, position.start, position.end, summary.start_offsets)
         for gap in gaps:
             log.warning("%s batch %d: %s while the query ran (on_data_loss: record); recorded in %s "
-                        "with stage lost", self.pipeline.name, batch_id, gap.describe(),
+                        "with stage lost", self.pipeline.name, position.batch_id, gap.describe(),
                         self.pipeline.dead_letter.location)
         if gaps:
             lost_ranges.record_lost(session, self.pipeline, gaps)
 
-    def _write_dead_letters(self, staged, summary: BatchSummary, batch_id: int, txn) -> None:
+    def _write_dead_letters(self, staged, summary: BatchSummary, position: BatchPosition) -> None:
+        batch_id = position.batch_id
         faults.point("before_dead_letter", batch_id)
         if summary.dead_letters:
-            rows = dead_letters.dead_letters(staged, self.pipeline.name, batch_id, self._topic_ids)
-            retry_conflicts(lambda: dead_letters.write(rows, self.pipeline.dead_letter, txn),
+            rows = dead_letters.dead_letters(staged, self.pipeline.name, batch_id, position.topic_ids)
+            retry_conflicts(lambda: dead_letters.write(rows, self.pipeline.dead_letter, position.txn),
                             f"{self.pipeline.name} batch {batch_id}: dead letters to "
                             f"{self.pipeline.dead_letter.location}")
         faults.point("after_dead_letter", batch_id)
 
-    def _merge(self, session, rows: DataFrame, summary: BatchSummary, batch_id: int, txn) -> MergeResult:
+    def _merge(self, session, rows: DataFrame, summary: BatchSummary, position: BatchPosition) -> MergeResult:
+        batch_id = position.batch_id
         if not self._target_ready:
             self._ready_target(session, rows)
         assert self._warmer is not None
@@ -304,7 +312,7 @@ class BatchProcessor:
         # ledger entry, no files) is the batch's record in the target's log, the one
         # log recovery reads.
         def attempt() -> MergeResult:
-            with ledger.txn_settings(session, txn), faults.during("during_merge", batch_id):
+            with ledger.txn_settings(session, position.txn), faults.during("during_merge", batch_id):
                 return merge_mode.merge(session, rows, self.pipeline, summary.bounds if self.bounded else {},
                                         logs_deletes=summary.deletes > 0)
 
@@ -313,74 +321,6 @@ class BatchProcessor:
         faults.point("after_target_commit", batch_id)
         self._warmer.start()
         return merged
-
-    def _planned(self, session, batch_id: int, summary: BatchSummary) -> tuple:
-        """Spark's planned range for the batch, every partition (the records' own
-        end offsets if the offset log cannot be read)."""
-        checkpoint = self.pipeline.checkpoint
-        end = spark_checkpoint.planned_end(session, checkpoint, batch_id)
-        if self._planned_end is not None and self._planned_end[0] == batch_id - 1:
-            start = self._planned_end[1]
-        else:
-            start = spark_checkpoint.planned_start(session, checkpoint, batch_id)
-        if end is None:
-            return None, summary.end_offsets
-        self._planned_end = (batch_id, end)
-        if self.table_key is not None:  # one table of a per-topic pipeline: its own topics only
-            start, end = (None if start is None else _topics(start, summary.end_offsets),
-                          _topics(end, summary.end_offsets))
-        return start, end
-
-    def _ids(self, end) -> dict:
-        # Asked again when a partition's end went back: its topic was deleted and created
-        # again while the query ran (offsets start again at 0), and has a new id.
-        went_back = any(offset < self._ids_end.get(t, {}).get(p, 0)
-                        for t, parts in end.items() for p, offset in parts.items())
-        if self._topic_ids is None or not set(end) <= set(self._topic_ids) or went_back:
-            self._topic_ids = kafka_admin.topic_ids(self.pipeline.source.kafka, set(end))
-        self._ids_end = end
-        return {t: i for t, i in self._topic_ids.items() if t in end}
-
-    def _check_replay(self, session, batch_id: int, txn, start, end) -> None:
-        target = self.pipeline.target
-        if self._txn_version == -2:
-            self._txn_version = (ledger.txn_version(session, target.location, bool(target.table),
-                                                    txn.app_id, self.pipeline.name)
-                                 if table_exists(session, target) else None)
-        if self._txn_version is not None and batch_id <= self._txn_version:
-            ledger.check_replay(session, target.location, bool(target.table), self.pipeline.name,
-                                txn, start, end)
-
-    def _origin(self, session, topic_ids: dict) -> dict | None:
-        """For `starting_offsets: latest`: where the pipeline first started, kept in the
-        ledger across lost checkpoints (a recovery's checkpoint starts where the last
-        one stopped), so `verify` audits from there. Read once per query."""
-        if self.pipeline.source.kafka.starting_offsets != "latest":
-            return None
-        if self._origin_offsets is None:
-            target = self.pipeline.target
-            entries = (ledger.history_entries(session, target.location, bool(target.table), self.pipeline.name,
-                                              topic_ids=topic_ids)
-                       if table_exists(session, target) else [])
-            origin = ledger.recorded_origin(entries) or {}
-            # Only at the pipeline's first start: later, this checkpoint may be one recovery
-            # seeded (its start is the resume point, not an origin), and a partition added
-            # since is read from its earliest offset, so it needs none.
-            started = {} if entries else spark_checkpoint.planned_start(session, self.pipeline.checkpoint, 0) or {}
-            for topic, parts in started.items():  # partitions the ledger has no origin for
-                for partition, offset in parts.items():
-                    origin.setdefault(topic, {}).setdefault(partition, offset)
-            self._origin_offsets = origin
-        return self._origin_offsets
-
-    def _app_query_id(self, session) -> str:
-        # Spark writes the query id into the checkpoint when the query starts; it
-        # lives as long as the checkpoint, as the app id must.
-        if self._query_id is None:
-            self._query_id = spark_checkpoint.query_id(session, self.pipeline.checkpoint)
-            if self._query_id is None:
-                raise RuntimeError(f"no query id in checkpoint {self.pipeline.checkpoint}/metadata")
-        return self._query_id
 
 
 def slim(staged: DataFrame) -> DataFrame:
@@ -405,10 +345,6 @@ def mark_kept(records: DataFrame, pipeline: Pipeline) -> DataFrame:
             and not pipeline.deletes_by_tombstone):
         return mark_one_per_uid(records, "upsert", pipeline.target.order_by)
     return mark_one_per_uid(records, "insert_only", None)
-
-
-def _topics(offsets: dict, of: dict) -> dict:
-    return {topic: parts for topic, parts in offsets.items() if topic in of}
 
 
 def summarize(source: DataFrame, pipeline: Pipeline) -> BatchSummary:

@@ -29,9 +29,9 @@ from pyspark.sql import DataFrame
 
 from ingest.batch import lost_ranges
 from ingest.batch.commit import faults
+from ingest.batch.commit.position import planned_range
 from ingest.batch.processor import BatchProcessor, BatchReport, payload_schema
 from ingest.errors import IngestError
-from ingest.kafka import checkpoint as spark_checkpoint
 from ingest.platform.caching import kept
 from ingest.spec import template
 from ingest.spec.model import Pipeline
@@ -90,9 +90,7 @@ class TopicRouter:
         record of: no table's processor runs for them, and its check (planned start
         against first record read) would be the one to find that retention deleted their
         whole slice. Before any table commits, as a processor records its own."""
-        checkpoint = self.pipeline.checkpoint
-        end = spark_checkpoint.planned_end(session, checkpoint, batch_id)
-        start = spark_checkpoint.planned_start(session, checkpoint, batch_id)
+        start, end = planned_range(session, self.pipeline.checkpoint, batch_id)
         if not end or not start:
             return
         absent = [topic for topic in end if topic not in present]

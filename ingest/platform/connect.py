@@ -17,6 +17,7 @@ import warnings
 from typing import Mapping
 
 from ingest.errors import IngestError
+from ingest.platform.builder import LOCAL_DEFAULTS, SessionError, configure_builder
 
 REMOTE_VARIABLE = "SPARK_REMOTE"
 NO_CLIENT = ("Spark Connect needs its Python client: pip install 'ingest[connect]' "
@@ -40,8 +41,6 @@ def remote_url(option: str | None = None) -> str | None:
 def connect_session(url: str, app_name: str = "ingest", conf: dict[str, str] | None = None):
     """A Connect session to `url`. For `local[N]` the server starts here and takes Delta,
     the Kafka connector's jars and the local defaults; a remote server keeps its own."""
-    from ingest.platform.session import LOCAL_DEFAULTS, SessionError, configure_builder
-
     try:
         from pyspark.sql import SparkSession
 
@@ -79,8 +78,6 @@ def _check_reachable(url: str) -> None:
     import socket
 
     from pyspark.sql.connect.client import DefaultChannelBuilder
-
-    from ingest.platform.session import SessionError
 
     channel = DefaultChannelBuilder(url)  # pyspark's reading of the URL; its token stays in there
     port = channel.url.port or DefaultChannelBuilder.default_port()

@@ -207,7 +207,7 @@ def main() -> None:
     for label, resolver in (("spark", resolve_spark_jars), ("kafka broker", resolve_broker_jars)):
         found = resolver()
         print(f"{label} jars: {len(found)} in {found[0].parent}")
-    print(f"ingest's log store: {own_jar.build()}")
+    print(f"ingest's log store: {own_jar.build(resolve_spark_jars(), cache_root())}")
 
 
 if __name__ == "__main__":

@@ -5,19 +5,21 @@ the conditional files the lease on an object store is made of (`ingest.delta.Con
 are Java: Delta loads a log store by class name. They compile against two jars every
 session already has (Hadoop's client API, in pyspark's jars, and Delta's storage API, in the
 Spark jar set), into a small jar keyed by the sources' hash and those jars' names, so a fresh
-clone builds it with `make jars` and a changed source builds anew.
+clone builds it with `make jars` and a changed source builds anew. The jar set and the cache
+folder are given by the caller (`platform.jars` resolves them and imports this module).
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 import subprocess
 import tempfile
 import zipfile
 from pathlib import Path
 
-from ingest.platform import jars
+from ingest.errors import IngestError
 
 SOURCES = Path(__file__).parent / "jvm"
 JAR_NAME = "ingest-delta.jar"
@@ -26,44 +28,49 @@ LOG_STORE_CLASS = "ingest.delta.S3ConditionalLogStore"
 S3_SCHEMES = ("s3", "s3a", "s3n")
 
 
-def _compile_classpath() -> list[Path]:
+class OwnJarError(IngestError):
+    """ingest's own jar cannot be built here (no javac, or a jar it compiles against is missing)."""
+
+
+def _compile_classpath(spark_jars: list[Path]) -> list[Path]:
     import pyspark
 
     hadoop = sorted((Path(pyspark.__file__).parent / "jars").glob("hadoop-client-api-*.jar"))
-    storage = [j for j in jars.resolve_spark_jars() if jars.artifact_name(j.name) == "delta-storage"]
+    storage = [j for j in spark_jars if re.fullmatch(r"delta-storage-\d[\w.]*\.jar", j.name)]
     if not hadoop or not storage:
-        raise jars.JarResolutionError("ingest's log store compiles against hadoop-client-api (pyspark's "
+        raise OwnJarError("ingest's log store compiles against hadoop-client-api (pyspark's "
                                       "jars) and delta-storage (the Spark jar set); one is missing")
     return hadoop[:1] + storage[:1]
 
 
-def _folder(classpath: list[Path]) -> Path:
+def _folder(classpath: list[Path], cache: Path) -> Path:
     digest = hashlib.sha256()
     for source in sorted(SOURCES.glob("*.java")):
         digest.update(source.name.encode() + b"\0" + source.read_bytes())
     digest.update(",".join(j.name for j in classpath).encode())
-    return jars.cache_root() / f"ingest-delta-{digest.hexdigest()[:12]}"
+    return cache / f"ingest-delta-{digest.hexdigest()[:12]}"
 
 
-def cached_jar() -> Path | None:
+def cached_jar(spark_jars: list[Path], cache: Path) -> Path | None:
     """The built jar, or None when it is not built (no javac where this runs, say)."""
     try:
-        jar = _folder(_compile_classpath()) / JAR_NAME
-    except jars.JarResolutionError:
+        jar = _folder(_compile_classpath(spark_jars), cache) / JAR_NAME
+    except OwnJarError:
         return None
     return jar if jar.is_file() else None
 
 
-def build() -> Path:
-    """Compile `jvm/` with javac and pack the classes, once per sources and classpath."""
-    classpath = _compile_classpath()
-    folder = _folder(classpath)
+def build(spark_jars: list[Path], cache: Path) -> Path:
+    """Compile `jvm/` with javac against the Spark jar set's delta-storage and pyspark's Hadoop,
+    and pack the classes into `cache`, once per sources and classpath."""
+    classpath = _compile_classpath(spark_jars)
+    folder = _folder(classpath, cache)
     jar = folder / JAR_NAME
     if jar.is_file():
         return jar
     javac = shutil.which("javac")
     if javac is None:
-        raise jars.JarResolutionError("javac is not on PATH (a JDK, 17 or later, builds ingest's log store); "
+        raise OwnJarError("javac is not on PATH (a JDK, 17 or later, builds ingest's log store); "
                                       "without it S3 tables keep Delta's single-driver log store")
     with tempfile.TemporaryDirectory(prefix="ingest-javac-") as work:
         classes = Path(work) / "classes"
@@ -71,7 +78,7 @@ def build() -> Path:
                    "-cp", ":".join(str(j) for j in classpath), *map(str, sorted(SOURCES.glob("*.java")))]
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
-            raise jars.JarResolutionError(f"javac could not build ingest's log store:\n{done.stderr.strip()}")
+            raise OwnJarError(f"javac could not build ingest's log store:\n{done.stderr.strip()}")
         staging = folder.with_name(folder.name + ".partial")
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)

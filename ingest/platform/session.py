@@ -1,15 +1,8 @@
-"""SparkSession set-up: Delta, Spark's Kafka connector, and where their jars come from.
+"""SparkSession set-up: reuse the session that exists, else build one configured by `builder`.
 
-`configure_builder` takes a builder and returns it configured, in the style of
-delta-spark's `configure_spark_with_delta_pip`. `get_session` reuses a session
-that already exists (Databricks, a notebook, spark-submit) with its settings
-as they are, and otherwise builds one. Nothing here runs at import time.
-
-Jars (`INGEST_JARS`):
-  cache (default)   resolve once with Maven into the cache folder, then `spark.jars`
-  packages          Spark's own `spark.jars.packages` (Ivy) resolution
-  none              add nothing: Databricks, or `spark-submit --jars/--packages`
-  <a folder>        every jar in that folder (air-gapped clusters)
+`get_session` reuses a session that already exists (Databricks, a notebook,
+spark-submit) with its settings as they are, and otherwise builds one (a Connect
+session when a server is named: `connect`). Nothing here runs at import time.
 """
 
 from __future__ import annotations
@@ -18,125 +11,17 @@ import os
 import sys
 import threading
 from collections.abc import Mapping
-from pathlib import Path
 
-from ingest.errors import IngestError
-from ingest.platform import jars, own_jar
-
-DELTA_CONF = {
-    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
-    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
-}
-
-# Where ingest builds the session (locally or under spark-submit, never on Databricks or a
-# session that exists): PySpark's DataFrame debugging records the Python call site of every
-# DataFrame function in the JVM (an active-session lookup, a conf read, a set and a clear: five
-# calls through py4j beside the function's own), for error messages that would name ingest's
-# own lines. A batch made three times the calls with it (docs/performance.md)
-DRIVER_DEFAULTS = {"spark.python.sql.dataFrameDebugging.enabled": "false"}
-
-LOG_CONFIG = Path(__file__).parents[1] / "resources" / "log4j2.properties"
-
-# Local runs: one task per core is enough for a micro-batch (docs/performance.md).
-_LOCAL_TASKS = str(max(2, min(os.cpu_count() or 2, 8)))
-
-LOCAL_DEFAULTS = {
-    "spark.sql.shuffle.partitions": _LOCAL_TASKS,
-    "spark.driver.memory": "2g",
-    "spark.ui.showConsoleProgress": "false",
-    # Delta rebuilds the table's file list (log replay) in 50 tasks by default, several
-    # times per MERGE; on a local machine that is most of a small batch (bench/results/README.md)
-    "spark.databricks.delta.snapshotPartitions": _LOCAL_TASKS,
-    # VACUUM lists the table's files in stages of this many tasks (10,000 by default):
-    # `ingest maintain` of a small table ran 70,000 tasks on 2 cores (docs/performance.md)
-    "spark.sql.sources.parallelPartitionDiscovery.parallelism": _LOCAL_TASKS,
-    # Adaptive execution runs each shuffle's map side as a job of its own: a small batch
-    # took 10 jobs with it, 5 without, and half the time (docs/performance.md)
-    "spark.sql.adaptive.enabled": "false",
-    # Every SQL execution renders its plan for the UI's SQL tab; the default "formatted"
-    # rendering was a fifth of the driver's time in a small batch (docs/performance.md)
-    "spark.sql.ui.explainMode": "simple",
-    # Delta 4.4 re-verifies a small table's file list against its checksum after every
-    # commit when the JVM's time zone is not UTC; the commit is as safe without it
-    "spark.databricks.delta.allFilesInCrc.verificationMode.forceOnNonUTC.enabled": "false",
-    # Spark's default log config prints INFO on stdout until setLogLevel runs; ours keeps
-    # stdout for what `ingest` reports
-    "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG_CONFIG}",
-}
-
-
-class SessionError(IngestError):
-    """The SparkSession could not be configured."""
-
-
-def on_databricks() -> bool:
-    return "DATABRICKS_RUNTIME_VERSION" in os.environ
-
-
-def under_spark_submit() -> bool:
-    """spark-submit launches the Python driver with a gateway already up."""
-    return "PYSPARK_GATEWAY_PORT" in os.environ
-
-
-def jar_mode() -> str:
-    default = "none" if on_databricks() or under_spark_submit() else "cache"
-    return os.environ.get("INGEST_JARS", default)
-
-
-def jar_conf(mode: str | None = None) -> dict[str, str]:
-    """The Spark settings that bring Delta and the Kafka connector for a jar mode."""
-    mode = mode or jar_mode()
-    if mode == "none":
-        return {}
-    if mode == "packages":
-        artifacts = jars.spark_artifacts()
-        return {"spark.jars.packages": ",".join(a.coordinate for a in artifacts),
-                "spark.jars.excludes": ",".join(sorted({e for a in artifacts for e in a.exclusions})),
-                **_with_own_jar([])}
-    if mode == "cache":
-        return _with_own_jar(jars.resolve_spark_jars())
-    folder = Path(mode)
-    found = sorted(folder.glob("*.jar")) if folder.is_dir() else []
-    if not found:
-        raise SessionError(
-            f"INGEST_JARS={mode!r} is neither cache, packages, none nor a folder with jars"
-        )
-    if any(p.name.startswith("ingest-delta") for p in found):
-        return {"spark.jars": ",".join(str(p) for p in found), **own_jar.log_store_conf()}
-    return {"spark.jars": ",".join(str(p) for p in found)}
-
-
-def _with_own_jar(found: list[Path]) -> dict[str, str]:
-    """`spark.jars` with ingest's own jar and its log store for S3 where it builds (a JDK's javac);
-    without it S3 tables keep Delta's default log store, and `ingest run` says what that allows."""
-    try:
-        found = [*found, own_jar.build()]
-        extra = own_jar.log_store_conf()
-    except jars.JarResolutionError:
-        extra = {}
-    return {"spark.jars": ",".join(str(p) for p in found), **extra} if found else extra
-
-
-def _check_jar_mode() -> None:
-    """Under spark-submit the driver's JVM is already running: jars set now would
-    reach the executors but not the driver, which then fails on its first query."""
-    mode = jar_mode()
-    if under_spark_submit() and mode != "none":
-        raise SessionError(
-            f"INGEST_JARS={mode!r} cannot take effect under spark-submit (the driver is "
-            "already running); give the jars to spark-submit instead: --jars <jar,jar,...> "
-            "or --packages <coordinates> (docs/cluster.md)")
-
-
-def configure_builder(builder, extra_conf: dict[str, str] | None = None, mode: str | None = None):
-    """Return `builder` set up for Delta and Kafka; `extra_conf` wins over defaults."""
-    return _configured(builder, {**DELTA_CONF, **jar_conf(mode), **(extra_conf or {})})
-
-
-def _configured(builder, settings: dict[str, str]):
-    for key, value in settings.items():
-        builder = builder.config(key, value)
-    return builder
+from ingest.platform.builder import (
+    DELTA_CONF,
+    DRIVER_DEFAULTS,
+    LOCAL_DEFAULTS,
+    check_jar_mode,
+    configured,
+    jar_conf,
+    on_databricks,
+    under_spark_submit,
+)
 
 
 def get_session(app_name: str = "ingest", conf: dict[str, str] | None = None,
@@ -156,7 +41,7 @@ def get_session(app_name: str = "ingest", conf: dict[str, str] | None = None,
     existing = existing_session()
     if existing is not None:
         return existing
-    _check_jar_mode()
+    check_jar_mode()
     local = not (on_databricks() or under_spark_submit())
     settings = {"spark.app.name": app_name, **DELTA_CONF, **DRIVER_DEFAULTS, **jar_conf(),
                 **({**LOCAL_DEFAULTS, **(local_conf or {})} if local else {}), **(conf or {})}
@@ -167,7 +52,7 @@ def get_session(app_name: str = "ingest", conf: dict[str, str] | None = None,
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         settings["spark.master"] = master or settings.get("spark.master", "local[*]")
         launch_jvm_apart(settings)
-    session = _configured(SparkSession.builder, settings).getOrCreate()
+    session = configured(SparkSession.builder, settings).getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     _import_pyspark_helpers(session)
     return session

@@ -20,6 +20,7 @@ from ingest.batch.merge import properties as table_properties
 from ingest.batch.processor import BatchReport
 from ingest.errors import SpecErrors, first_line, first_lines
 from ingest.kafka.checkpoint import read_state
+from ingest.platform.builder import on_databricks
 from ingest.platform.connect import (
     ConnectUnsupported,
     abandon,
@@ -30,7 +31,6 @@ from ingest.platform.connect import (
     unreachable,
 )
 from ingest.platform.files import local_path
-from ingest.platform.session import on_databricks
 from ingest.spec.locations import shared_locations, shown_location
 from ingest.spec.model import Pipeline
 from ingest.spec.sql_check import check_sql

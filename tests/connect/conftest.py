@@ -30,7 +30,7 @@ def connect_spark(kafka):
     pytest.importorskip("pandas", reason="the Connect client needs the connect extra: make test-connect")
     from pyspark.sql import SparkSession
 
-    from ingest.platform.session import LOCAL_DEFAULTS, configure_builder
+    from ingest.platform.builder import LOCAL_DEFAULTS, configure_builder
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # foreachBatch's worker runs beside the server: this interpreter, with ingest installed

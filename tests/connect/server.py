@@ -69,7 +69,7 @@ class ConnectServer:
     def command(self) -> list[str]:
         import pyspark
 
-        from ingest.platform.session import DELTA_CONF, LOCAL_DEFAULTS, jar_conf
+        from ingest.platform.builder import DELTA_CONF, LOCAL_DEFAULTS, jar_conf
 
         settings = {**DELTA_CONF, **jar_conf("cache"), **LOCAL_DEFAULTS, **SERVER_TEST_CONF, **self.conf,
                     "spark.connect.grpc.binding.address": HOST,

@@ -168,3 +168,76 @@ def private_reaches(path: Path) -> list[str]:
 @pytest.mark.parametrize("module,path", list(source_modules()), ids=lambda v: str(v) if isinstance(v, str) else "")
 def test_no_private_name_is_imported_across_modules(module, path):
     assert not private_reaches(path), f"{module} uses private names of other modules: {private_reaches(path)}"
+
+
+# No circles, in ingest/ or bench/: an import inside a function is still an import (it only
+# waits until the call), so two modules that import each other, at any depth, are one module
+# split in two, and the next import moved to the top fails at start.
+def import_graph() -> dict[str, set[str]]:
+    known = dict(source_modules())
+    graph: dict[str, set[str]] = {module: set() for module in known}
+    for module, path in known.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                named = [f"{node.module}.{alias.name}" for alias in node.names]
+                graph[module] |= {name for name in named if name in known}
+                if node.module in known and not all(name in known for name in named):
+                    graph[module].add(node.module)
+            elif isinstance(node, ast.Import):
+                graph[module] |= {alias.name for alias in node.names if alias.name in known}
+        graph[module].discard(module)
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for imported in sorted(graph[module]):
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == module:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return sorted(found)
+
+
+def test_circles_are_found_through_imports_inside_functions():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_circle():
+    graph = import_graph()
+    found = circles(graph)
+    assert not found, "import circles:\n" + "\n".join(
+        "  " + ", ".join(f"{m} -> {sorted(graph[m] & set(c))}" for m in c) for c in found)
+
+
+# One module, one job: a module past 500 lines is doing two (the developers' guide).
+MAX_LINES = 500
+
+
+@pytest.mark.parametrize("module,path", list(source_modules()), ids=lambda v: str(v) if isinstance(v, str) else "")
+def test_no_module_is_over_500_lines(module, path):
+    lines = len(path.read_text().splitlines())
+    assert lines <= MAX_LINES, f"{module} has {lines} lines, over {MAX_LINES}: split it by job"

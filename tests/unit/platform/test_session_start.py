@@ -5,6 +5,7 @@ import threading
 import pytest
 
 from ingest.platform import session as session_module
+from ingest.platform.builder import SessionError
 from ingest.platform.session import SessionStart
 
 
@@ -26,8 +27,8 @@ def test_the_session_starts_while_the_caller_works(monkeypatch):
 
 def test_a_failed_start_is_raised_to_the_caller(monkeypatch):
     def failing(app_name, conf=None, local_conf=None):
-        raise session_module.SessionError("no JVM")
+        raise SessionError("no JVM")
 
     monkeypatch.setattr(session_module, "get_session", failing)
-    with pytest.raises(session_module.SessionError, match="no JVM"):
+    with pytest.raises(SessionError, match="no JVM"):
         SessionStart("ingest-run").result()
