@@ -144,22 +144,38 @@ def _size(count: int) -> str:
 
 
 class OptimizeSchedule:
-    """`maintenance.optimize_every`: compaction of the target between batches of a run."""
+    """`maintenance.optimize_every`: compaction of the target between batches of a run.
+
+    Counted in batches, not in reports: with a table per topic a batch reports once per
+    table, and each compaction covers every table. The time form queues none while one
+    is queued or running (a slow compaction would otherwise pile up one per batch)."""
 
     def __init__(self, pipeline: Pipeline, clock):
         self.pipeline, self.clock = pipeline, clock
         self.batches, self.last = 0, clock()
+        self._batch_id: int | None = None
+        self._pending = False
 
-    def due(self) -> bool:
+    def due(self, batch_id: int | None = None) -> bool:
+        """Once per batch id (None: every call is a batch of its own)."""
+        if batch_id is not None and batch_id == self._batch_id:
+            return False
+        self._batch_id = batch_id
         every = self.pipeline.operations.maintenance
         self.batches += 1
         if every.optimize_every_batches:
-            return self.batches % every.optimize_every_batches == 0
-        if every.optimize_every_seconds:
-            return self.clock() - self.last >= every.optimize_every_seconds
-        return False
+            due = self.batches % every.optimize_every_batches == 0
+        elif every.optimize_every_seconds:
+            due = not self._pending and self.clock() - self.last >= every.optimize_every_seconds
+        else:
+            due = False
+        self._pending = self._pending or due
+        return due
 
     def run(self, spark) -> list[Maintained]:
         """Compaction of the target and dead letters (each topic's, for a per-topic target)."""
         self.last = self.clock()
-        return maintain(spark, self.pipeline, optimize=True, vacuum=False)
+        try:
+            return maintain(spark, self.pipeline, optimize=True, vacuum=False)
+        finally:
+            self._pending = False

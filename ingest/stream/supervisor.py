@@ -163,7 +163,7 @@ class Supervisor:
             self.metrics.observe(report)
         running.catch_up.advance(report.summary.end_offsets)
         self.on_report(report, running.catch_up)
-        if running.optimize is not None and running.optimize.due():
+        if running.optimize is not None and running.optimize.due(report.batch_id):
             if self._maintenance is None:
                 self._maintenance = ThreadPoolExecutor(1, thread_name_prefix="ingest-maintenance")
             self._maintenance.submit(self._optimize, running.optimize, report.pipeline)
