@@ -57,11 +57,14 @@ def target_schema(session, target: Target):
     return delta_table(session, target).toDF().schema
 
 
-def create_table(session, target: Target, rows: DataFrame) -> None:
-    """Create the target with the batch's columns, if no one has yet."""
+def create_table(session, target: Target, rows: DataFrame, checkpoints_beside: bool = True) -> None:
+    """Create the target with the batch's columns, if no one has yet. `checkpoints_beside`:
+    the run checkpoints the table itself, beside the batches (`warm_state`), so Delta's own
+    checkpoint in the committing thread comes rarely; a table the run does not checkpoint
+    (the delete log) keeps Delta's default."""
     builder = table_builder_at(session, target)
     builder = builder.addColumns(rows.schema)
-    if session.conf.get(DEFAULT_CHECKPOINT_INTERVAL, None) is None:  # checkpoints beside the batches
+    if checkpoints_beside and session.conf.get(DEFAULT_CHECKPOINT_INTERVAL, None) is None:
         builder = builder.property("delta.checkpointInterval", str(TABLE_CHECKPOINT_INTERVAL))
     if target.partition_by:
         builder = builder.partitionedBy(*target.partition_by)
