@@ -4,7 +4,8 @@ A second copy started while the first runs fails fast, naming the running
 copy (host, pid, since). A lease whose heartbeat stopped (a crashed run), or
 whose process is gone on this host, is stale and taken over.
 
-Only checkpoints on a local or mounted file system get a lease. On object
+Only checkpoints on a local or mounted file system get a lease, and not those of a
+Spark Connect server running apart (their paths are the server's). On object
 stores a second copy meets the target's txn id: Delta commits a batch version
 once, and a copy whose MERGE Delta skipped compares the offsets recorded for
 that batch with its own and stops when they differ (`ledger.check_skipped`).
@@ -53,9 +54,12 @@ def _alive_here(holder: Holder) -> bool:
 
 
 class Lease:
-    def __init__(self, pipeline: str, checkpoint: str):
+    def __init__(self, pipeline: str, checkpoint: str, on_this_disk: bool = True):
+        """`on_this_disk=False`: the checkpoint is a remote Connect server's (`ingest run
+        --remote sc://...`), where the run lives too: no lease on this machine's disk; the
+        rerun's query stops the one a killed client left (Spark's stopActiveRunOnRestart)."""
         self.pipeline = pipeline
-        self.folder = local_path(checkpoint)
+        self.folder = local_path(checkpoint) if on_this_disk else None
         self.me = Holder(socket.gethostname(), os.getpid(),
                          time.strftime("%Y-%m-%dT%H:%M:%S%z"), uuid.uuid4().hex, time.time())
         self._stop = threading.Event()

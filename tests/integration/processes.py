@@ -38,8 +38,10 @@ class IngestProcess:
     """One `ingest run` in its own process group, its output in a log file."""
 
     def __init__(self, pipeline_file: Path | list[Path], bootstrap: str, log: Path, *, once: bool = True,
-                 fault: str | None = None, extra_env: dict | None = None, extra_args: tuple[str, ...] = ()):
-        """`pipeline_file`: one file, or several for one application running them all."""
+                 fault: str | None = None, extra_env: dict | None = None, extra_args: tuple[str, ...] = (),
+                 prefix: tuple[str, ...] = ()):
+        """`pipeline_file`: one file, or several for one application running them all.
+        `prefix`: a command the run is started under (`unshare ...`)."""
         env = {**os.environ, "KAFKA_BOOTSTRAP": bootstrap, "PYTHONUNBUFFERED": "1",
                **(extra_env or {})}
         env.pop("INGEST_FAULT", None)
@@ -50,8 +52,9 @@ class IngestProcess:
         command = [sys.executable, "-m", "ingest", "run", *files] + (["--once"] if once else []) + list(extra_args)
         self.log = log
         with open(log, "ab") as out:
-            self.process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, start_new_session=True)
+            self.process = subprocess.Popen([*prefix, *command], cwd=ROOT, env=env, stdout=out,
+                                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                            start_new_session=True)
 
     def wait(self, timeout: float = 300) -> int:
         try:
