@@ -19,7 +19,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from functools import partial
 
+from ingest.batch.commit.conflicts import retry_conflicts
 from ingest.batch.commit.ledger import Txn
 from ingest.batch.merge import dead_letters
 from ingest.kafka import admin as kafka_admin
@@ -73,8 +75,10 @@ def record_lost(spark, pipeline: Pipeline, gaps: list[Gap]) -> None:
                pipeline.name, None, found.replace(tzinfo=None), ids.get(gap.topic))
         table = template.for_topic(pipeline, gap.topic).dead_letter if template.is_per_topic(pipeline) \
             else pipeline.dead_letter
-        dead_letters.write(spark.createDataFrame([row], ROW), table,
-                          lost_txn(pipeline.name, gap, ids.get(gap.topic)), widen_lost=True)
+        frame, txn = spark.createDataFrame([row], ROW), lost_txn(pipeline.name, gap, ids.get(gap.topic))
+        # an OPTIMIZE of the dead letters beside it (optimize_every) must not fail the batch
+        retry_conflicts(partial(dead_letters.write, frame, table, txn, widen_lost=True),
+                        f"{pipeline.name}: lost range {gap.describe()} to {table.location}")
 
 
 def skipped_ranges(pipeline: Pipeline, planned_start: dict, planned_end: dict, first_read: dict) -> list[Gap]:

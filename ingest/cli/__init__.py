@@ -18,7 +18,7 @@ from ingest.cli import broker, demo, maintain, plan, produce, replay, run, statu
 from ingest.cli.options import environment
 from ingest.cli.output import BAD_INPUT, CHECK_FAILED, OK, print_problems
 from ingest.errors import IngestError, SpecErrors
-from ingest.platform.connect import ConnectUnsupported
+from ingest.platform.connect import ConnectUnsupported, server_lost, unreachable
 from ingest.spec.settings import mask
 
 __all__ = ["BAD_INPUT", "CHECK_FAILED", "COMMANDS", "OK", "build_parser", "main"]
@@ -53,6 +53,12 @@ def main(argv: list[str] | None = None) -> int:
         return BAD_INPUT
     except IngestError as error:  # broker down, bad credentials, retention gap, already running
         print(f"error: {mask(str(error), args.secrets)}", file=sys.stderr)
+        return CHECK_FAILED
+    except Exception as error:  # a Spark Connect server that stopped answering: one line, not gRPC's dump
+        if not server_lost(error):
+            raise
+        print(f"error: the Spark Connect server stopped answering ({mask(unreachable(error), args.secrets)})",
+              file=sys.stderr)
         return CHECK_FAILED
 
 

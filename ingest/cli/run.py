@@ -67,12 +67,15 @@ def _supervise(pipelines, once: bool, secrets, preflight: bool = True, fail_fast
     import signal
     import threading
 
+    from ingest.platform.connect import remote_url, server_apart
     from ingest.platform.session import SessionStart
     from ingest.stream.supervisor import Supervisor
 
     progress = _ProgressPrinter(secrets)
+    url = remote_url(remote)
     supervisor = Supervisor(pipelines, once, on_report=progress.batch, on_note=progress.note,
-                            preflight=preflight, fail_fast=fail_fast)
+                            preflight=preflight, fail_fast=fail_fast,
+                            server_apart=url is not None and server_apart(url))
     # the JVM starts while the leases and the preflight run; then Delta's MERGE warms up
     session = SessionStart("ingest-run", warm_up=True, remote=remote, local_conf=local_conf)
     supervisor.claim()  # needs no Spark: a second copy or a dead broker fails in a second

@@ -18,6 +18,7 @@ from typing import Mapping
 
 from ingest.errors import IngestError
 from ingest.platform.builder import LOCAL_DEFAULTS, SessionError, configure_builder
+from ingest.platform.files import disk_apart, mark_disk_apart
 
 REMOTE_VARIABLE = "SPARK_REMOTE"
 NO_CLIENT = ("Spark Connect needs its Python client: pip install 'ingest[connect]' "
@@ -68,7 +69,15 @@ def connect_session(url: str, app_name: str = "ingest", conf: dict[str, str] | N
     # went away took its streaming queries with it, and the run should fail while someone
     # still watches (the next run resumes from the checkpoint).
     session.client.set_retry_policies([DefaultPolicy(max_retries=9, max_backoff=10_000)])
+    if server_apart(url):
+        mark_disk_apart(session)
     return session
+
+
+def server_apart(url: str) -> bool:
+    """Whether a Connect URL names a server of its own (`sc://...`), whose files are its
+    machine's: `local[N]` starts the server in this process, on this disk."""
+    return not url.startswith("local")
 
 
 def _check_reachable(url: str) -> None:
@@ -115,6 +124,8 @@ def pipeline_session(session, settings: Mapping[str, str]):
     except Exception:  # a server without CloneSession (older than Spark 4.2)
         return None
     own.client.set_retry_policies(session.client.get_retry_policies())
+    if disk_apart(session):
+        mark_disk_apart(own)
     # A query killed while Spark wrote its first offsets leaves a temporary file that this
     # check refuses on every start; ingest plans the start itself from the checkpoint and
     # the Delta log (`stream.recovery`), and its query keeps no state the check protects.

@@ -177,8 +177,12 @@ class SqlTableBuilder:
 
 def is_delta_table(session, path: str) -> bool:
     """Whether a Delta table is at `path`: its history reads."""
+    from pyspark.errors import AnalysisException
+
     try:
         session.sql(f"DESCRIBE HISTORY {sql_name(path, is_table=False)} LIMIT 1").collect()
-    except Exception:  # no table there, or not a Delta one
+    except AnalysisException:  # no table there, or not a Delta one
         return False
+    # anything else (a server that does not answer, a storage error) is raised: taken for "no
+    # table", a transient error after a lost checkpoint would start from starting_offsets
     return True

@@ -25,9 +25,28 @@ def local_path(location: str) -> Path | None:
     return Path(location)
 
 
+# Set on a Spark Connect session whose server runs apart (`ingest run --remote sc://...`):
+# a path there is the server's, whatever this machine holds at the same path.
+_DISK_APART = "_ingest_disk_apart"
+
+
+def mark_disk_apart(session) -> None:
+    """`session`'s files are read through its server (Spark), never from this machine's disk."""
+    setattr(session, _DISK_APART, True)
+
+
+def disk_apart(session) -> bool:
+    return bool(getattr(session, _DISK_APART, False))
+
+
+def _on_this_disk(session, location: str) -> Path | None:
+    """The local path to read `location` at, or None to read it through Spark."""
+    return None if disk_apart(session) else local_path(location)
+
+
 def read_text(session, location: str) -> str | None:
     """A small file's text, or None when it does not exist."""
-    local = local_path(location)
+    local = _on_this_disk(session, location)
     if local is not None:
         return local.read_text(errors="replace") if local.is_file() else None
     from pyspark.errors import AnalysisException
@@ -42,7 +61,7 @@ def read_text(session, location: str) -> str | None:
 
 def numbered_files(session, folder: str) -> dict[int, str]:
     """n -> text of every file named by a number in a folder; {} when there is no folder."""
-    local = local_path(folder)
+    local = _on_this_disk(session, folder)
     if local is not None:  # no Spark job, and no stack trace logged for a missing folder
         if not local.is_dir():
             return {}

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from ingest.errors import Problem
+from ingest.platform.connect import server_lost
 from ingest.spec import plan_text
 from ingest.spec.columns import INGEST_COLUMNS, column_references
 from ingest.spec.model import REGISTRY_FORMATS, Pipeline, Source, Transform
@@ -112,6 +113,8 @@ def _decoded_frame(spark, source: Source, problems: list[Problem], path: str = "
     try:
         frame = spark.createDataFrame([], ddl)
     except PySparkException as error:
+        if server_lost(error):  # not the schema's fault: the run says the server stopped answering
+            raise
         problems.append(Problem("bad_ddl", path, f"{spark_message(error)}; expected a "
                                 f"Spark DDL schema, e.g. {DDL_EXAMPLE}{_type_hint(error)}"))
         return None
@@ -169,6 +172,8 @@ def _expression_problem(build, path: str, expression: str, columns: list[str]):
         frame = build()
         _ = frame.schema  # Spark Connect analyses lazily: ask for the schema
     except PySparkException as error:
+        if server_lost(error):
+            raise
         return Problem("bad_sql", path, f"{expression!r}: {spark_message(error)}; expected "
                        f"{expected}{_function_hint(error)}")
     operator = _row_changing_operator(frame)

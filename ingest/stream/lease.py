@@ -11,7 +11,8 @@ the heartbeat, refused as soon as it moves, and takes the lease once it is
 stale (a killed holder's, within STALE_AFTER_S), instead of failing into a
 crash loop.
 
-This lease is for checkpoints on a local or mounted file system. On an object
+This lease is for checkpoints on a local or mounted file system, not those of a
+Spark Connect server running apart (their paths are the server's). On an object
 store that creates a file only if absent (S3 through S3A) the lease is
 `store_lease.StoreLease`, taken once the session is up, with the same rules.
 Where a store offers none, a second copy meets the target's txn id: Delta commits a batch version
@@ -118,11 +119,15 @@ def wait_out(pipeline: str, holder: Holder, read: Callable[[], Holder | None],
 
 
 class Lease:
-    def __init__(self, pipeline: str, checkpoint: str, on_note: Callable[[str], None] | None = None):
-        """`on_note` hears that this copy waits for the lease of a holder it cannot see."""
+    def __init__(self, pipeline: str, checkpoint: str, on_note: Callable[[str], None] | None = None,
+                 on_this_disk: bool = True):
+        """`on_note` hears that this copy waits for the lease of a holder it cannot see.
+        `on_this_disk=False`: the checkpoint is a remote Connect server's (`ingest run
+        --remote sc://...`), where the run lives too: no lease on this machine's disk; the
+        rerun's query stops the one a killed client left (Spark's stopActiveRunOnRestart)."""
         self.pipeline = pipeline
         self.on_note = on_note
-        self.folder = local_path(checkpoint)
+        self.folder = local_path(checkpoint) if on_this_disk else None
         self.me = new_holder()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

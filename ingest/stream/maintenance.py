@@ -27,8 +27,10 @@ import re
 from dataclasses import dataclass
 
 from ingest.batch.commit.conflicts import retry_conflicts
+from ingest.batch.commit.ledger import TXN_APP_ID, TXN_VERSION, USER_METADATA
 from ingest.batch.merge import delete_log
 from ingest.kafka import admin as kafka_admin
+from ingest.platform.connect import ConnectUnsupported, is_connect, pipeline_session, release
 from ingest.platform.delta import delta_table, table_exists
 from ingest.spec import template
 from ingest.spec.columns import UID
@@ -176,22 +178,71 @@ def _size(count: int) -> str:
 
 
 class OptimizeSchedule:
-    """`maintenance.optimize_every`: compaction of the target between batches of a run."""
+    """`maintenance.optimize_every`: compaction of the target between batches of a run.
+
+    Counted in batches, not in reports: with a table per topic a batch reports once per
+    table, and each compaction covers every table. The time form queues none while one
+    is queued or running (a slow compaction would otherwise pile up one per batch)."""
 
     def __init__(self, pipeline: Pipeline, clock):
         self.pipeline, self.clock = pipeline, clock
         self.batches, self.last = 0, clock()
+        self._batch_id: int | None = None
+        self._pending = False
+        self._session = None  # on Connect, the server session compaction runs on
 
-    def due(self) -> bool:
+    def due(self, batch_id: int | None = None) -> bool:
+        """Once per batch id (None: every call is a batch of its own)."""
+        if batch_id is not None and batch_id == self._batch_id:
+            return False
+        self._batch_id = batch_id
         every = self.pipeline.operations.maintenance
         self.batches += 1
         if every.optimize_every_batches:
-            return self.batches % every.optimize_every_batches == 0
-        if every.optimize_every_seconds:
-            return self.clock() - self.last >= every.optimize_every_seconds
-        return False
+            due = self.batches % every.optimize_every_batches == 0
+        elif every.optimize_every_seconds:
+            due = not self._pending and self.clock() - self.last >= every.optimize_every_seconds
+        else:
+            due = False
+        self._pending = self._pending or due
+        return due
+
+    def prepare(self, spark) -> None:
+        """Before the query starts: the session compaction will run on (refused now, not at
+        the first compaction, where the server has none to give)."""
+        self._own_session(spark)
 
     def run(self, spark) -> list[Maintained]:
         """Compaction of the target and dead letters (each topic's, for a per-topic target)."""
         self.last = self.clock()
-        return maintain(spark, self.pipeline, optimize=True, vacuum=False)
+        try:
+            return maintain(self._own_session(spark), self.pipeline, optimize=True, vacuum=False)
+        finally:
+            self._pending = False
+
+    def _own_session(self, spark):
+        """Delta reads a commit's txn id and `userMetadata` from the session's conf at every
+        commit. A classic query runs its batches on a session it cloned, so `spark` carries
+        none of theirs; on Connect the batches may run on `spark` itself (a server that cannot
+        clone), and an OPTIMIZE committed during a MERGE would record that batch as done:
+        there compaction runs on a clone without the ledger's settings, or not at all."""
+        if not is_connect(spark):
+            return spark
+        if self._session is None:
+            own = pipeline_session(spark, {})
+            if own is None:
+                raise ConnectUnsupported(
+                    f"{self.pipeline.name}: maintenance.optimize_every needs a Spark Connect server that "
+                    "can clone sessions (Spark 4.2 or later): compaction beside the batches would share "
+                    "their session, and its commits their ledger entries. Remove optimize_every and run "
+                    "`ingest maintain --optimize` between runs, or use a classic session")
+            for key in (TXN_APP_ID, TXN_VERSION, USER_METADATA):
+                own.conf.unset(key)
+            self._session = own
+        return self._session
+
+    def close(self) -> None:
+        """Let the server drop the session compaction ran on."""
+        if self._session is not None:
+            release(self._session)
+            self._session = None

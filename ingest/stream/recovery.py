@@ -66,6 +66,7 @@ def plan_start(spark, pipeline: Pipeline, watermarks: dict[str, dict[int, tuple[
             f"{state.last_committed_batch}, but the target {shown_location(pipeline.target.location)} does not exist "
             "(dropped, or its path or name changed); restore the table (or point target at it), "
             "or to load the topic again into a new table delete the checkpoint too")
+    _check_offset_log(spark, pipeline, state, watermarks)
     topic_ids = kafka_admin.topic_ids(pipeline.source.kafka, watermarks) if watermarks else {}
     cleared = []
     if not state.empty:  # Spark resumes from its own offset log (replays are no-ops)
@@ -76,6 +77,44 @@ def plan_start(spark, pipeline: Pipeline, watermarks: dict[str, dict[int, tuple[
         plan = _from_delta_log(spark, pipeline, watermarks, topic_ids)
     gaps = retention_gaps(plan.resume_from, watermarks)
     return StartPlan(plan.starting_offsets, plan.resume_from, cleared + plan.notes, gaps)
+
+
+def _check_offset_log(spark, pipeline: Pipeline, state, watermarks) -> None:
+    """Stop when the target has committed, under this checkpoint's app id, a batch id
+    the checkpoint will plan again: its offsets/ and commits/ were reset, or an older
+    copy of it restored, while `metadata` (the query id) was kept. Delta skips a write
+    at or below the app id's txn version, so the new ranges would be reported done and
+    never written. The txn version outlives Delta's log clean-up (unlike the history
+    `ledger.check_replay` compares ranges in), so this check holds for any old pipeline.
+    The one batch id above the last committed one may be in the target already: a run
+    killed between its target commit and Spark's commit file."""
+    query_id = spark_checkpoint.query_id(spark, pipeline.checkpoint)
+    if query_id is None:
+        return
+    if state.last_committed_batch is not None:
+        highest = state.last_committed_batch + 1
+    else:  # a first batch planned (offsets/0) may have committed before the run was killed
+        highest = -1 if state.planned_batch is None else 0
+    tables = ([(None, pipeline)] if not template.is_per_topic(pipeline) else
+              [(table, template.for_topic(pipeline, topics[0]))
+               for table, topics in sorted(template.tables_of(pipeline, watermarks or {}).items())])
+    for table, one in tables:
+        target = one.target
+        if not table_exists(spark, target):
+            continue
+        app = ledger.app_id(pipeline.name, query_id, table)
+        known = ledger.txn_version(spark, target.location, bool(target.table), app, pipeline.name)
+        if known is None or known <= highest:
+            continue
+        has = ("no committed batch" if state.last_committed_batch is None
+               else f"committed batches up to {state.last_committed_batch} only")
+        raise ledger.ReplayMismatch(
+            f"{pipeline.name}: batch {known} was already committed to {target.location} under app id "
+            f"{app}, but checkpoint {pipeline.checkpoint} has {has}. The checkpoint's offsets/ and "
+            f"commits/ were reset, or an older copy of the checkpoint restored, while its metadata (the "
+            f"query id) was kept: Spark would give new ranges batch ids the table has committed, Delta "
+            f"would skip them and their records would be lost. Delete the whole checkpoint folder: the "
+            f"next run resumes from the offsets recorded in {target.location} with a new app id.")
 
 
 def _clear_interrupted_first_batch(spark, pipeline: Pipeline) -> list[str]:
@@ -226,22 +265,38 @@ def _check_target(spark, pipeline: Pipeline, state, live, table: str | None = No
             f"{pipeline.name}: checkpoint {shown_location(pipeline.checkpoint)} has committed batches up to "
             f"{committed}, but the target {shown_location(target.location)} does not exist (dropped or moved): "
             f"their records are not in it. {reset}")
-    live_batches = [int(e["batch_id"]) for _, e in live if e.get("app_id") == app]
-    if table is None and live_batches and max(live_batches) >= committed:
-        return
+    # Any batch of the app id that is no longer live stops the run, whatever came after it:
+    # a batch committed after a RESTORE is live, but Delta never rolls back a txn version,
+    # so a batch the RESTORE undid can never be written again under this app id.
+    live_batches = {int(e["batch_id"]) for _, e in live if e.get("app_id") == app}
     every = _ledger(spark, pipeline, target, live_only=False)
-    undone = sorted(int(e["batch_id"]) for _, e in every
-                    if e.get("app_id") == app and int(e["batch_id"]) > max(live_batches, default=-1))
-    known = ledger.txn_version(spark, target.location, bool(target.table), app, pipeline.name)
-    if not undone and known is not None and (known >= committed or table is not None):
-        return  # our commits are only out of the retained history (log clean-up), not undone
-    what = (f"batches {undone[0]}-{undone[-1]} of app id {app} were undone (a RESTORE or REPLACE of the "
-            f"table)" if undone else f"it holds no commit of app id {app} up to batch {committed} "
-            f"(the table was dropped and created again, or is another table)")
+    undone = sorted({int(e["batch_id"]) for _, e in every if e.get("app_id") == app} - live_batches)
+    if not undone:
+        if table is None and live_batches and max(live_batches) >= committed:
+            return
+        known = ledger.txn_version(spark, target.location, bool(target.table), app, pipeline.name)
+        if known is not None and (known >= committed or table is not None):
+            return  # our commits are only out of the retained history (log clean-up), not undone
+    what = (f"{_batches(undone)} of app id {app} {'was' if len(undone) == 1 else 'were'} undone (a "
+            f"RESTORE or REPLACE of the table)" if undone else
+            f"it holds no commit of app id {app} up to batch {committed} (the table was dropped and "
+            f"created again, or is another table)")
     raise TargetRewritten(
         f"{pipeline.name}: the target {shown_location(target.location)} no longer matches checkpoint "
         f"{shown_location(pipeline.checkpoint)}, which has committed batches up to {committed}: {what}. Going on from "
         f"the checkpoint would leave their records out. {reset}")
+
+
+def _batches(ids: list[int]) -> str:
+    """`batch 1`, `batches 1-2`, `batches 1-2, 5`: sorted ids as runs."""
+    runs: list[list[int]] = []
+    for n in ids:
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    text = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+    return ("batch " if len(ids) == 1 else "batches ") + text
 
 
 def _unseen_start(pipeline: Pipeline, topic: str, partition: int, recreated) -> int:

@@ -133,8 +133,13 @@ def replay(spark, pipeline: Pipeline, span: ReplayRange,
         records = _read(spark, pipeline, start, end)
         if dead is not None:
             records = records.join(dead, ["topic", "partition", "offset"], "left_anti").select(*records.columns)
-        processor(records, number)
+        try:
+            processor(records, number)
+        except BaseException:
+            processor.settle()  # the work beside the batches ends before the error is told
+            raise
         done.mark(number)
+    processor.settle()  # as `ingest run` does once its query ends: nothing left running behind the return
     return reports
 
 

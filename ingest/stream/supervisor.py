@@ -18,7 +18,7 @@ from typing import Any, Callable
 from ingest.batch.lost_ranges import record_lost
 from ingest.batch.merge import properties as table_properties
 from ingest.batch.processor import BatchReport
-from ingest.errors import SpecErrors, first_line, first_lines
+from ingest.errors import IngestError, SpecErrors, first_line, first_lines
 from ingest.kafka.checkpoint import read_state
 from ingest.platform.builder import on_databricks
 from ingest.platform.connect import (
@@ -71,15 +71,21 @@ class _Running:
     over_share: tuple | None = None  # (batch id, end offsets, message): dead_letter.max_share exceeded
 
 
+class ServerLost(IngestError):
+    """The Spark Connect server stopped answering before the run's queries started."""
+
+
 class Supervisor:
     def __init__(self, pipelines: list[Pipeline], once: bool,
                  on_report: Callable[[BatchReport, CatchUp], None],
-                 on_note: Callable[[str], None], preflight: bool = True, fail_fast: bool = False):
+                 on_note: Callable[[str], None], preflight: bool = True, fail_fast: bool = False,
+                 server_apart: bool = False):
         """`preflight=False`: no broker check and no retention guard from the Python
         client (for a mechanism only Spark's Java client speaks); Spark's own client
         still fails the query on lost offsets unless allow_data_loss. `fail_fast`: the
         first failed pipeline stops them all (by default the others go on)."""
         self.pipelines, self.once, self.preflight, self.fail_fast = pipelines, once, preflight, fail_fast
+        self.server_apart = server_apart  # a Connect server of its own: the checkpoints are on its disk
         self.on_report, self.on_note = on_report, on_note
         self.spark: Any = None  # the SparkSession, from start()
         self.metrics: Metrics | None = None
@@ -95,7 +101,8 @@ class Supervisor:
             raise SpecErrors(shared)
         try:
             for pipeline in self.pipelines:
-                lease = Lease(pipeline.name, pipeline.checkpoint, on_note=self.on_note)
+                lease = Lease(pipeline.name, pipeline.checkpoint, on_note=self.on_note,
+                              on_this_disk=not self.server_apart)
                 lease.acquire()
                 self.running.append(_Running(pipeline, lease, {}))
                 if self.preflight:
@@ -121,7 +128,12 @@ class Supervisor:
                 self.metrics = Metrics(spark)
             for run in self.running:
                 self._start_one(run)
-        except BaseException:
+        except BaseException as error:
+            if is_connect(spark) and isinstance(error, Exception) and server_lost(error):
+                self._lose_server()
+                self._end_all()
+                raise ServerLost(f"the Spark Connect server stopped answering while the run started "
+                                 f"({unreachable(error)}); the next run resumes from the checkpoint") from None
             self._end_all()
             raise
 
@@ -144,6 +156,12 @@ class Supervisor:
                    "this session has no ingest jar to take it with (Spark Connect, spark-submit without it)")
             self.on_note(f"{run.pipeline.name}: no lease on checkpoint {checkpoint}: {why}, so a second copy "
                          "of this pipeline is not refused; run one copy per checkpoint (docs/operations.md)")
+
+    def _lose_server(self) -> None:
+        """Any further call would wait out the client's retries: the channels are dropped."""
+        self._server_lost = True
+        for session in [self.spark] + [run.session for run in self.running if run.session]:
+            abandon(session)
 
     def _own_sessions(self) -> None:
         """On Connect each query starts from a session of the pipeline's own: its batches'
@@ -177,6 +195,7 @@ class Supervisor:
         every = pipeline.operations.maintenance
         if every.optimize_every_batches or every.optimize_every_seconds:
             run.optimize = OptimizeSchedule(pipeline, time.monotonic)
+            run.optimize.prepare(self.spark)
         lows = {t: {p: low for p, (low, _) in parts.items()} for t, parts in watermarks.items()}
         run.catch_up = CatchUp(pipeline.name, start=plan.resume_from or lows,
                                goal={t: {p: high for p, (_, high) in parts.items()}
@@ -200,7 +219,7 @@ class Supervisor:
                                   over_share_message(running.session or self.spark, running.pipeline, report))
         elif report.summary.dead_letters:  # their most frequent reason, read beside the next batch
             self._beside().submit(self._dead_letter_note, running, report)
-        if running.optimize is not None and running.optimize.due():
+        if running.optimize is not None and running.optimize.due(report.batch_id):
             self._beside().submit(self._optimize, running.optimize, report.pipeline)
 
     def _beside(self) -> ThreadPoolExecutor:
@@ -240,9 +259,7 @@ class Supervisor:
                     self._poll(outcomes, poll_s)
                 except Exception as error:
                     if is_connect(self.spark) and server_lost(error):
-                        self._server_lost = True  # any further call would wait out the client's retries
-                        for session in [self.spark] + [run.session for run in self.running if run.session]:
-                            abandon(session)
+                        self._lose_server()
                     if self._driver_alive():
                         raise
                     self._driver_gone(outcomes, error)
@@ -252,6 +269,9 @@ class Supervisor:
             self._end_all()
             if self._maintenance is not None:  # on a stop request, those queued do not start
                 self._maintenance.shutdown(wait=True, cancel_futures=self._stop.is_set())
+            for run in self.running:
+                if run.optimize is not None:
+                    run.optimize.close()
         return [outcomes[r.pipeline.name] for r in self.running]
 
     def _poll(self, outcomes: dict[str, Outcome], poll_s: float) -> None:

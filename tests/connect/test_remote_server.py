@@ -230,3 +230,82 @@ def test_a_server_that_is_not_there_fails_the_run_at_once_naming_it(kafka, topic
     assert f"the Spark Connect server {address} cannot be reached" in output, output[-3000:]
     assert "Traceback" not in output and "connect-secret-token" not in output, output[-3000:]
     assert not java_attempts.exists()
+
+
+def hidden_from_the_client(folder: Path) -> tuple[str, ...]:
+    """A command prefix: the client runs in a mount namespace of its own where `folder` is an
+    empty tmpfs, as a client on another machine sees nothing of the server's disk."""
+    try:
+        subprocess.run(["unshare", "-m", "true"], check=True, capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        pytest.skip("needs unshare -m (a mount namespace) to hide the server's folder from the client")
+    return ("unshare", "-m", "sh", "-c", 'mount -t tmpfs tmpfs "$0" && exec "$@"', str(folder))
+
+
+def test_the_guards_read_the_servers_checkpoint_not_the_clients_disk(server, kafka, topic, tmp_path):
+    """Issue 57 point 6: the start plan, the checkpoint's state and the lease read the client's
+    disk, while the query runs on the server. With the server's folder out of the client's
+    sight, the checkpoint looked empty and a dropped target was not noticed: the run started
+    the topic again into a new table."""
+    import shutil
+
+    send(kafka, topic, orders(5))
+    name = "apart"
+    data = tmp_path / "server-data"
+    data.mkdir()
+    pipeline_file = write_pipeline(data, topic, name=name)
+    pipeline_file = pipeline_file.rename(tmp_path / pipeline_file.name)  # the client reads it
+    hidden = hidden_from_the_client(data)
+    run = IngestProcess(pipeline_file, kafka.bootstrap, tmp_path / "first.log",
+                        extra_args=("--remote", server.url), prefix=hidden)
+    assert run.wait(timeout=600) == 0, run.output()[-3000:]
+    assert (data / "checkpoints" / name / "commits" / "0").is_file()
+    assert sorted(uids(data / "tables" / name)) == [f"u{i:04d}" for i in range(5)]
+
+    shutil.rmtree(data / "tables" / name)
+    send(kafka, topic, orders(8)[5:])
+    again = IngestProcess(pipeline_file, kafka.bootstrap, tmp_path / "second.log",
+                          extra_args=("--remote", server.url), prefix=hidden)
+    code = again.wait(timeout=600)
+    output = again.output()
+    assert code == 1 and "does not exist (dropped, or its path or name changed)" in output, output[-3000:]
+    assert not (data / "tables" / name).exists()  # nothing was written in its place
+
+
+LOSE_THE_SERVER_AT_START = """
+import os, signal, sys
+from ingest.errors import IngestError
+from ingest.platform.connect import connect_session
+from ingest.spec.loader import load_file
+from ingest.stream.supervisor import Supervisor
+
+pipeline = load_file(sys.argv[1], environ={"KAFKA_BOOTSTRAP": sys.argv[2]}).pipeline
+session = connect_session(sys.argv[3])
+supervisor = Supervisor([pipeline], once=True, on_report=lambda *_: None, on_note=print)
+supervisor.claim()
+os.killpg(int(sys.argv[4]), signal.SIGKILL)  # the server dies as the run starts its query
+try:
+    supervisor.start(session)
+except IngestError as error:
+    print(f"error: {error}")
+    sys.exit(1)
+print("started")
+"""
+
+
+def test_a_server_lost_while_the_run_starts_is_the_stopped_answering_line(server, kafka, topic, tmp_path):
+    """Issue 57 point 7: a server lost while `start()` started the query ended in a raw
+    `SparkConnectGrpcException: UNAVAILABLE` traceback, not the line a loss under the run gives."""
+    send(kafka, topic, orders(2))
+    pipeline_file = write_pipeline(tmp_path, topic, name="lost_at_start")
+    try:
+        child = subprocess.run([sys.executable, "-c", LOSE_THE_SERVER_AT_START, str(pipeline_file), kafka.bootstrap,
+                                server.url, str(server.process.pid)],
+                               cwd=ROOT, capture_output=True, text=True, timeout=600)
+    finally:
+        server.kill()
+        server.start()  # for the module's other tests
+    output = child.stdout + child.stderr
+    assert child.returncode == 1, output[-3000:]
+    assert "error: the Spark Connect server stopped answering while the run started" in output, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]

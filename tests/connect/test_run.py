@@ -273,6 +273,35 @@ def test_compaction_between_batches_and_ingest_maintain_on_connect(connect_spark
     assert sorted(rows(connect_spark, target)) == [f"u{i:04d}" for i in range(20)]
 
 
+def test_compaction_beside_a_batch_carries_no_ledger_entry(connect_spark, kafka, topic, tmp_path, bootstrap):
+    """Issue 57 point 5: where the batches and `optimize_every` share one server session (a
+    server that cannot clone sessions), the batch's txn id and ledger entry are session conf
+    while its MERGE runs, and Delta reads `userMetadata` from the session at every commit:
+    an OPTIMIZE committed then recorded the batch as done. Compaction has a session of its own."""
+    from ingest.batch.commit import ledger
+    from ingest.spec.loader import load_file
+    from ingest.stream.maintenance import OptimizeSchedule
+
+    pipeline_file = write_pipeline(tmp_path, topic, name="connect_shared", maintenance={"optimize_every": 1})
+    pipeline = load_file(pipeline_file, environ={"KAFKA_BOOTSTRAP": kafka.bootstrap}).pipeline
+    target = tmp_path / "tables" / "connect_shared"
+    for n in range(2):  # two files: something to compact
+        connect_spark.range(n, n + 1).write.format("delta").mode("append").save(str(target))
+    txn = ledger.batch_txn(pipeline.name, "q", 7, {topic: {0: 7}})
+    connect_spark.conf.set(ledger.TXN_APP_ID, txn.app_id)
+    connect_spark.conf.set(ledger.TXN_VERSION, str(txn.version))
+    connect_spark.conf.set(ledger.USER_METADATA, txn.metadata)
+    try:
+        [done] = OptimizeSchedule(pipeline, lambda: 0.0).run(connect_spark)
+    finally:
+        for key in (ledger.TXN_APP_ID, ledger.TXN_VERSION, ledger.USER_METADATA):
+            connect_spark.conf.unset(key)
+    assert (done.before.count, done.after.count) == (2, 1)
+    history = connect_spark.sql(f"DESCRIBE HISTORY delta.`{target}`").collect()
+    [optimize] = [r for r in history if r.operation == "OPTIMIZE"]
+    assert optimize.userMetadata is None, optimize.userMetadata
+
+
 def test_metrics_and_the_consumer_group_on_connect(connect_spark, kafka, topic, tmp_path, bootstrap):
     """/metrics and the consumer group's offsets, fed by the reports the client rebuilds from
     the ledger (the batches themselves run in the server's worker)."""

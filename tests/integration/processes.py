@@ -41,7 +41,7 @@ class IngestProcess:
                  fault: str | None = None, extra_env: dict | None = None, extra_args: tuple[str, ...] = (),
                  prefix: tuple[str, ...] = ()):
         """`pipeline_file`: one file, or several for one application running them all; `prefix`:
-        a command that execs the rest (a namespace of its own), so the pid stays ingest's."""
+        a command that execs the rest (a namespace of its own, `unshare ...`), so the pid stays ingest's."""
         env = {**os.environ, "KAFKA_BOOTSTRAP": bootstrap, "PYTHONUNBUFFERED": "1",
                **(extra_env or {})}
         env.pop("INGEST_FAULT", None)
@@ -53,8 +53,9 @@ class IngestProcess:
                    *extra_args]
         self.log = log
         with open(log, "ab") as out:
-            self.process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, start_new_session=True)
+            self.process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out,
+                                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                            start_new_session=True)
 
     def wait(self, timeout: float = 300) -> int:
         try:

@@ -137,20 +137,57 @@ def test_a_batch_that_writes_nothing_records_its_txn_version_and_offsets(spark, 
     assert sorted(uids(spark, pipeline)) == sorted([f"a{i}" for i in range(5)] + ["b0", "b1"])
 
 
-def test_a_reset_offset_log_under_the_same_query_id_stops_the_run(spark, sender, pipeline):
+def clean_up_log_before(spark, path: str, batch: int) -> None:
+    """What Delta's log clean-up leaves once the retention has passed: a checkpoint of the
+    current version, and no JSON commit up to the one that holds `batch`'s ledger entry."""
+    import os
+
+    from deltalake import DeltaTable as Log
+
+    from ingest.platform.delta import delta_log, latest_snapshot, write_checkpoint
+    from ingest.spec.model import Target
+
+    log = delta_log(spark, Target(path=path))
+    write_checkpoint(spark, log, latest_snapshot(spark, log))
+    history = Log(path).history()
+    last = max(h["version"] for h in history if f'"batch_id":{batch},' in (h.get("userMetadata") or ""))
+    folder = os.path.join(path, "_delta_log")
+    for version in range(last + 1):
+        for suffix in (".json", ".crc"):
+            name = os.path.join(folder, f"{version:020d}{suffix}")
+            if os.path.exists(name):
+                os.remove(name)
+    assert all('"batch_id":0,' not in (h.get("userMetadata") or "") for h in Log(path).history())
+
+
+@pytest.mark.parametrize("reset", ["offset_log", "offset_log_after_clean_up", "older_backup_after_clean_up"])
+def test_a_reset_offset_log_under_the_same_query_id_stops_the_run(spark, sender, pipeline, reset):
     """Issue 20 point 2: offsets/ and commits/ deleted, metadata kept: Spark numbers new
-    ranges with batch ids the table has committed; Delta would skip them silently."""
+    ranges with batch ids the table has committed; Delta would skip them silently.
+    Issue 57 point 1: the same once Delta's log clean-up has removed the old batches'
+    commits from the history (the txn version survives in the checkpoint), and a copy of
+    the checkpoint from before batches 1-2 restored: the stop cannot depend on history."""
+    from ingest.batch.commit.ledger import ReplayMismatch
     from tests.integration.conftest import run_once
 
+    backup = f"{pipeline.checkpoint}-backup"
     for name in "abc":
         send(sender, [f"{name}{i}" for i in range(3)])
         run_once(spark, pipeline)
-    for folder in ("offsets", "commits"):
-        shutil.rmtree(f"{pipeline.checkpoint}/{folder}")
+        if name == "a":
+            shutil.copytree(pipeline.checkpoint, backup)
+    if reset.endswith("after_clean_up"):
+        clean_up_log_before(spark, pipeline.target.path, 1)
+    if reset.startswith("older_backup"):
+        shutil.rmtree(pipeline.checkpoint)
+        shutil.copytree(backup, pipeline.checkpoint)
+    else:
+        for folder in ("offsets", "commits"):
+            shutil.rmtree(f"{pipeline.checkpoint}/{folder}")
     send(sender, [f"new{i}" for i in range(5)])
-    with pytest.raises(Exception) as failed:  # the query's failure, raised by awaitTermination
+    with pytest.raises(ReplayMismatch) as failed:
         run_recovering(spark, pipeline)
-    assert "ReplayMismatch" in str(failed.value) and "batch 0 was already committed" in str(failed.value)
+    assert "batch 2 was already committed" in str(failed.value)
     assert "Delete the whole checkpoint folder" in str(failed.value)
 
     shutil.rmtree(pipeline.checkpoint)  # what the message says to do
@@ -224,6 +261,42 @@ def test_a_restored_target_stops_a_run_with_its_checkpoint_and_is_refilled_witho
     assert len(landed) == len(set(landed)) == 9
     dead = spark.read.format("delta").load(pipeline.dead_letter.path).count()
     assert dead == 1  # the replay is a no-op in the dead letters
+
+
+def test_a_restore_followed_by_a_batch_still_stops_the_next_run(spark, sender, pipeline):
+    """Issue 57 point 2: a RESTORE while a continuous run goes on, then one more batch: the
+    batch committed after the RESTORE is live, and must not hide the one the RESTORE undid
+    (Delta never rolls back its txn version: batch 1 can never be written again)."""
+    from dataclasses import replace
+
+    from delta.tables import DeltaTable
+
+    from ingest.spec.model import Trigger
+    from ingest.stream.query import start_query
+    from ingest.stream.recovery import TargetRewritten
+
+    pipeline = replace(pipeline, trigger=Trigger(available_now=False, processing_time="1 second"))
+    reports: list = []
+    query, processor = start_query(spark, pipeline, on_report=reports.append)
+    try:
+        send(sender, [f"a{i}" for i in range(3)])
+        wait_for(lambda: len(reports) >= 1 or query.exception() is not None, 120, "batch 0")
+        first = DeltaTable.forPath(spark, pipeline.target.path).history(1).collect()[0].version
+        send(sender, [f"b{i}" for i in range(3)])
+        wait_for(lambda: len(reports) >= 2 or query.exception() is not None, 120, "batch 1")
+        DeltaTable.forPath(spark, pipeline.target.path).restoreToVersion(first)
+        send(sender, [f"c{i}" for i in range(3)])
+        wait_for(lambda: len(reports) >= 3 or query.exception() is not None, 120, "batch 2")
+    finally:
+        query.stop()
+        processor.settle()
+    assert query.exception() is None, query.exception()
+    assert [r.batch_id for r in reports] == [0, 1, 2]
+    assert sorted(uids(spark, pipeline)) == sorted([f"a{i}" for i in range(3)] + [f"c{i}" for i in range(3)])
+
+    with pytest.raises(TargetRewritten) as stopped:
+        run_recovering(spark, pipeline)
+    assert "batch 1 of app id" in str(stopped.value) and "delete the checkpoint" in str(stopped.value)
 
 
 def test_a_recreated_topic_stops_the_run_and_a_reset_reads_the_new_one(spark, kafka, sender, pipeline, topic):

@@ -86,3 +86,35 @@ def test_a_compaction_that_fails_does_not_fail_the_run(spark, kafka, topic, pipe
     failed = [n for n in notes if "compaction failed, the run goes on" in n]
     assert len(failed) == 2, notes
     assert spark.read.format("delta").load(pipeline.target.path).count() == 20
+
+
+def test_optimize_every_counts_batches_not_the_reports_of_a_table_per_topic(spark, kafka, pipeline, tmp_path):
+    """Issue 57 point 8: with a table per topic each batch reports once per table; three
+    topics and `optimize_every: 3` compacted every table three times per three batches."""
+    import uuid
+
+    from ingest.kafka.local_broker import create_topic
+    from ingest.stream.supervisor import Supervisor
+    from tests.integration.test_many_topics import per_topic
+    from tests.integration.test_many_topics import send as send_to
+
+    prefix = f"every{uuid.uuid4().hex[:6]}"
+    topics = [f"{prefix}.{name}" for name in ("orders", "refunds", "returns")]
+    for topic in topics:
+        create_topic(kafka.client_config(), topic, partitions=1)
+        send_to(kafka, topic, [f"{topic}-{i}" for i in range(3)])
+    shop = small_batches(replace(per_topic(pipeline, kafka, tmp_path, prefix), operations=Operations(
+        maintenance=Maintenance(optimize_every_batches=3))), per_batch=3)
+    notes: list[str] = []
+    batches: list[int] = []
+    supervisor = Supervisor([shop], once=True, on_report=lambda report, _: batches.append(report.batch_id),
+                            on_note=notes.append)
+    supervisor.claim()
+    supervisor.start(spark)
+    outcomes = supervisor.wait()
+    assert [o.error for o in outcomes] == [None]
+    assert sorted(set(batches)) == [0, 1, 2] and len(batches) == 9, batches  # every batch, every table
+    compactions = [n for n in notes if ": target " in n and ": optimize: " in n]
+    assert len(compactions) == 3, compactions  # once each table, after batch 2
+    compacted = {n.split(": target ")[1].split(": optimize")[0] for n in compactions}
+    assert compacted == {str(tmp_path / "tables" / t.replace(".", "_")) for t in topics}, compactions

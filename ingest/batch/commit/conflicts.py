@@ -8,8 +8,18 @@ the retry a no-op. Only these typed conflicts are retried, a bounded number of
 times with growing pauses; every other error fails the batch as before (the
 restart from the checkpoint is the retry for those).
 
-`ConcurrentTransactionException` is not retried: it means a second writer uses
-this pipeline's own transaction app id, which the lease is there to prevent.
+`ConcurrentTransactionException` means a second writer uses this pipeline's own
+transaction app id. On a classic session it is not retried: the lease is there to
+prevent it, and a second copy fails. On Spark Connect the lease is the client's,
+while the query lives on the server: a query whose client was killed goes on, and its
+last batch (inside its Python worker) can still commit under the app id after the
+rerun stopped that query. There it is retried: the retry finds the batch committed and
+Delta skips it, and the processor compares the committed range with its own
+(`ledger.check_skipped`), so a different range still stops the run.
+
+Conflicts are told by their Python classes (`delta.exceptions`, and on Connect
+`delta.connect.exceptions`, which maps the server's error to them), else by the JVM
+class named in the error's text.
 """
 
 from __future__ import annotations
@@ -17,6 +27,7 @@ from __future__ import annotations
 import logging
 import random
 import re
+import sys
 import time
 from typing import Callable, TypeVar
 
@@ -62,6 +73,8 @@ def conflict_of(error: BaseException) -> WriteConflict | None:
     for kind in _python_classes():
         if isinstance(error, kind):
             return WriteConflict(kind.__name__, error)
+    if _own_app_id_on_connect(error):
+        return WriteConflict(OWN_APP_ID, error)
     text = f"{type(error).__name__}: {error}"
     for name in _NAMED.findall(text) + [type(error).__name__]:
         if name in CONFLICT_NAMES:
@@ -73,6 +86,7 @@ def retry_conflicts(action: Callable[[], T], what: str, attempts: int = ATTEMPTS
                     first_pause_s: float = FIRST_PAUSE_S, sleep=time.sleep) -> T:
     """`action()`, tried again after each Delta conflict, at most `attempts` times in all."""
     kinds: list[str] = []
+    _connect_translation()
     for attempt in range(1, attempts + 1):
         try:
             return action()
@@ -93,12 +107,42 @@ def retry_conflicts(action: Callable[[], T], what: str, attempts: int = ATTEMPTS
     raise AssertionError("unreachable")
 
 
+OWN_APP_ID = "ConcurrentTransactionException"
+
+
 def _python_classes():
-    # Importing delta.exceptions also installs Delta's translation of the JVM's
-    # conflict exceptions into these Python classes.
-    import delta.exceptions as delta_errors
+    # Importing delta.exceptions installs Delta's translation of the JVM's conflict
+    # exceptions into these Python classes; delta.connect.exceptions does the same for a
+    # Connect server's errors (subclasses of the same base classes).
+    import delta.exceptions.base as delta_errors
 
     return tuple(getattr(delta_errors, name) for name in CONFLICT_NAMES)
+
+
+def _connect_translation() -> None:
+    """Where this process is a Connect client (the `ingest run --remote` client, the
+    batches' worker beside the server): Delta's translation of the server's conflicts,
+    installed before the call that may raise one. Not imported otherwise: the Connect
+    client's modules are not on a classic run's path."""
+    if "pyspark.sql.connect.session" not in sys.modules:
+        return
+    try:
+        import delta.connect.exceptions  # noqa: F401  (registers the translation on import)
+    except ImportError:  # a Delta without Connect support: the error text is read instead
+        pass
+
+
+def _own_app_id_on_connect(error: BaseException) -> bool:
+    """A Connect server's `ConcurrentTransactionException` (module docstring: why only there)."""
+    import delta.exceptions.base as delta_errors
+
+    if not isinstance(error, delta_errors.ConcurrentTransactionException):
+        return "DELTA_CONCURRENT_TRANSACTION" in str(error) and _from_connect(error)
+    return _from_connect(error)
+
+
+def _from_connect(error: BaseException) -> bool:
+    return type(error).__module__.startswith(("pyspark.errors.exceptions.connect", "delta.connect"))
 
 
 def _tally(kinds: list[str]) -> str:

@@ -235,8 +235,8 @@ def _sequence_item(name: str, values: dict[str, Column], whole_numbers: bool) ->
     if not name.startswith("source."):
         return values[name]
     text = F.col("e.source")[name[len("source."):]]
-    if whole_numbers:
-        return text.cast("bigint")
+    if whole_numbers:  # not a whole number (a hex LSN, above BIGINT): a null sequence, the decode dead letter
+        return text.try_cast("bigint")
     # in a list, a field that is not a whole number orders as text: SQL Server's LSNs are
     # fixed-width hex ("00000027:00000758:0003"), so their text order is their log order
     return F.when(text.isNotNull(), F.struct(text.try_cast("bigint").alias("number"), text.alias("text")))

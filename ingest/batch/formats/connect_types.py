@@ -299,9 +299,16 @@ def _to_micros(number: Column, per_second: int) -> Column:
     if per_second == 1_000_000:
         return number
     if per_second > 1_000_000:
-        return F.floor(number / F.lit(per_second // 1_000_000)).cast("bigint")
+        return floor_div(number, per_second // 1_000_000)
     bound = (2 ** 63 - 1) // (1_000_000 // per_second)
     return F.when(F.abs(number) <= bound, number * F.lit(1_000_000 // per_second))
+
+
+def floor_div(number: Column, divisor: int) -> Column:
+    """`number // divisor` of a BIGINT, exact: epoch nanoseconds and microseconds exceed 2^53,
+    and through DOUBLE (`/`) a value near a whole unit came out a unit late. DECIMAL division
+    keeps every digit of a BIGINT; floor rounds towards the past, as Python's `//`."""
+    return F.floor(number.cast("decimal(19,0)") / F.lit(divisor).cast("decimal(19,0)")).cast("bigint")
 
 
 def _unit(encoding: Column) -> Column:
@@ -316,7 +323,7 @@ def _unit(encoding: Column) -> Column:
 def _utc_wall_clock(micros: Column, parts: Parts) -> Column:
     """The TIMESTAMP_NTZ whose wall clock is the epoch count (a part) read in UTC (Debezium's
     local date-times are written so), whatever the session's time zone."""
-    days = parts.name(F.floor(micros / F.lit(MICROS_PER_DAY)), micros)
+    days = parts.name(floor_div(micros, MICROS_PER_DAY), micros)
     day = parts.name(F.date_add(F.lit("1970-01-01").cast("date"), days.cast("int")), days)
     of_day = parts.name(micros - days * F.lit(MICROS_PER_DAY), micros, days)
     seconds = (of_day % F.lit(60_000_000)).cast("decimal(16,6)") / F.lit(1_000_000)

@@ -39,7 +39,8 @@ def create(session, pipeline: Pipeline, rows: DataFrame) -> None:
     """The log with the columns of `rows` (its sequence already in `_sequence`), if missing."""
     log = location(pipeline.target)
     if not table_exists(session, log):
-        create_table(session, log, rows.select(*COLUMNS))
+        # no checkpoint beside the batches for it: Delta's every 10 commits, in the committing thread
+        create_table(session, log, rows.select(*COLUMNS), checkpoints_beside=False)
 
 
 def after_logged_deletes(session, rows: DataFrame, target: Target, bounds: Mapping[str, str],

@@ -60,19 +60,25 @@ def target_schema(session, target: Target):
     return delta_table(session, target).toDF().schema
 
 
-def creation_properties(session, target: Target, needed: Mapping[str, str] | None = None) -> dict[str, str]:
+def creation_properties(session, target: Target, needed: Mapping[str, str] | None = None,
+                        checkpoints_beside: bool = True) -> dict[str, str]:
     """ingest's properties where the session has no default of its own, then what the
-    pipeline's settings need (`needed`), then the pipeline's `properties`, which win."""
+    pipeline's settings need (`needed`), then the pipeline's `properties`, which win.
+    `checkpoints_beside`: the run checkpoints the table itself, beside the batches
+    (`warm_state`), so Delta's own checkpoint in the committing thread comes rarely; a table
+    the run does not checkpoint (the delete log) keeps Delta's default interval."""
     chosen = {key: value for key, value in ingest_properties(target).items()
-              if session.conf.get(SESSION_DEFAULTS + key.removeprefix("delta."), None) is None}
+              if session.conf.get(SESSION_DEFAULTS + key.removeprefix("delta."), None) is None
+              and (checkpoints_beside or key != "delta.checkpointInterval")}
     return {**chosen, **(needed or {}), **target.properties}
 
 
-def create_table(session, target: Target, rows: DataFrame, needed: Mapping[str, str] | None = None) -> None:
+def create_table(session, target: Target, rows: DataFrame, needed: Mapping[str, str] | None = None,
+                 checkpoints_beside: bool = True) -> None:
     """Create the target with the batch's columns, if no one has yet."""
     builder = table_builder_at(session, target)
     builder = builder.addColumns(rows.schema)
-    for key, value in creation_properties(session, target, needed).items():
+    for key, value in creation_properties(session, target, needed, checkpoints_beside).items():
         builder = builder.property(key, value)
     if target.partition_by:
         builder = builder.partitionedBy(*target.partition_by)

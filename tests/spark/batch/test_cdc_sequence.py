@@ -46,3 +46,21 @@ def test_each_connector_orders_by_its_own_position(spark):
         (None, "null sequence: the mysql connector's position (source.file (its number), source.pos, "
                "source.row) is missing or does not fit a BIGINT; name the order in cdc.sequence"),
         (1_700_000_000_000 - 9, None)]
+
+
+def test_a_source_field_sequence_holding_text_is_a_decode_dead_letter(spark):
+    """Issue 57 point 4: `cdc.sequence: source.lsn` cast under ANSI mode failed the whole batch
+    (on every run) on a value that is not a whole number: an SQL Server hex LSN, "x", a number
+    above BIGINT. Each is the change's `decode` dead letter; the good change beside them lands."""
+    from ingest.batch.staged import STAGE
+
+    lsns = [5, "x", "00000027:00000758:0005", "99999999999999999999"]
+    values = [json.dumps({"before": None, "after": {"id": n}, "op": "c", "ts_ms": 1,
+                          "source": {"connector": "postgresql", "lsn": lsn}}).encode()
+              for n, lsn in enumerate(lsns)]
+    raw = spark.createDataFrame([("t", 0, n, None, None, v, []) for n, v in enumerate(values)], RAW)
+    changes = decode_envelope(raw, Cdc(key=("id",), sequence="source.lsn"), StructType.fromDDL("id BIGINT"))
+    found = [(r.id, r[STAGE], r[SEQUENCE], r[REASON]) for r in changes.orderBy("id").collect()]
+    why = "null sequence: source.lsn is missing or not a whole number"
+    assert found == [(0, None, 5, None), (1, "decode", None, why), (2, "decode", None, why),
+                     (3, "decode", None, why)]
