@@ -97,21 +97,21 @@ class Workload:
         self._thread.join(timeout=60)
 
 
-def plan_kills(rng: random.Random) -> list[str | float]:
+def plan_kills(rng: random.Random, random_kills: int = RANDOM_KILLS) -> list[str | float]:
     """Fault point names, and seconds after start for random SIGKILLs, shuffled."""
     rounds = FAULT_ROUNDS * (5 if os.environ.get("INGEST_SOAK") else 1)
-    kills = list(BATCH_POINTS) * rounds + [rng.uniform(4, 25) for _ in range(RANDOM_KILLS * (rounds // FAULT_ROUNDS))]
+    kills = list(BATCH_POINTS) * rounds + [rng.uniform(4, 25) for _ in range(random_kills * (rounds // FAULT_ROUNDS))]
     rng.shuffle(kills)
     return kills
 
 
-def crash_once(pipeline_file, kafka, log, kill) -> str:
+def crash_once(pipeline_file, kafka, log, kill, extra_env: dict | None = None) -> str:
     if isinstance(kill, str):
-        process = IngestProcess(pipeline_file, kafka.bootstrap, log, fault=kill)
+        process = IngestProcess(pipeline_file, kafka.bootstrap, log, fault=kill, extra_env=extra_env)
         code = process.wait(timeout=900)  # generous: a loaded 2-core machine is slow
         assert code == -9, f"fault {kill} did not kill the run (exit {code}):\n{process.output()[-3000:]}"
         return kill
-    process = IngestProcess(pipeline_file, kafka.bootstrap, log)
+    process = IngestProcess(pipeline_file, kafka.bootstrap, log, extra_env=extra_env)
     try:
         process.process.wait(timeout=kill)
     except subprocess.TimeoutExpired:
@@ -121,11 +121,31 @@ def crash_once(pipeline_file, kafka, log, kill) -> str:
 
 
 def test_exactly_once_through_crashes(spark, kafka, topic, tmp_path, capsys, monkeypatch):
+    pipeline_file = write_pipeline(tmp_path, topic)
+    crash_and_check(spark, kafka, topic, tmp_path, capsys, monkeypatch, pipeline_file,
+                    str(tmp_path / "tables" / "crashy"), str(tmp_path / "dead_letter" / "crashy"))
+
+
+def test_exactly_once_through_crashes_on_s3(spark, kafka, topic, tmp_path, capsys, monkeypatch, s3, s3_bucket,
+                                            s3_root):
+    """The same kills with the target, the dead letters and the checkpoint on `s3a://` (the S3
+    stand-in): every child `ingest run` reaches it as an operator's spark-submit would, through
+    spark-defaults.conf; its commits go through ingest's log store, its lease through the store."""
+    tables = {"target": {"path": f"{s3_root}/tables/crashy"}, "checkpoint": f"{s3_root}/checkpoints/crashy",
+              "dead_letter": {"path": f"{s3_root}/dead_letter/crashy"}}
+    pipeline_file = write_pipeline(tmp_path, topic, **tables)
+    conf = s3.spark_defaults(tmp_path / "spark-conf", s3_bucket)
+    crash_and_check(spark, kafka, topic, tmp_path, capsys, monkeypatch, pipeline_file,
+                    tables["target"]["path"], tables["dead_letter"]["path"], {"SPARK_CONF_DIR": str(conf)},
+                    random_kills=1)
+
+
+def crash_and_check(spark, kafka, topic, tmp_path, capsys, monkeypatch, pipeline_file, target_path: str,
+                    dead_letter_path: str, extra_env: dict | None = None, random_kills: int = RANDOM_KILLS):
     seed = int(os.environ.get("INGEST_CRASH_SEED", random.randrange(1_000_000)))
     with capsys.disabled():  # shown in every run: a failure elsewhere may need the seed
         print(f"\ncrash harness seed {seed} (INGEST_CRASH_SEED={seed} replays it)")
     rng = random.Random(seed)
-    pipeline_file = write_pipeline(tmp_path, topic)
     log = tmp_path / "runs.log"
     workload = Workload(kafka, topic, rng)
     workload.send_some(300)
@@ -133,9 +153,9 @@ def test_exactly_once_through_crashes(spark, kafka, topic, tmp_path, capsys, mon
     workload.start()
     kills = []
     try:
-        for kill in plan_kills(rng):
+        for kill in plan_kills(rng, random_kills):
             try:
-                kills.append(crash_once(pipeline_file, kafka, log, kill))
+                kills.append(crash_once(pipeline_file, kafka, log, kill, extra_env))
             except AssertionError as error:  # the seed printed above does not reach pytest-xdist's output
                 raise AssertionError(f"seed {seed}, after {len(kills)} kills ({', '.join(kills)}): {error}") from error
     finally:
@@ -147,9 +167,9 @@ def test_exactly_once_through_crashes(spark, kafka, topic, tmp_path, capsys, mon
     code, said = ingest_run(pipeline_file, capsys)
     assert code == 0, said[-3000:]
 
-    target = spark.read.format("delta").load(str(tmp_path / "tables" / "crashy"))
+    target = spark.read.format("delta").load(target_path)
     uids = [r._uid for r in target.select("_uid").collect()]
-    dead = spark.read.format("delta").load(str(tmp_path / "dead_letter" / "crashy"))
+    dead = spark.read.format("delta").load(dead_letter_path)
     coordinates = [(r._partition, r._offset) for r in dead.select("_partition", "_offset").collect()]
     summary = (f"seed {seed}: {len(kills)} kills ({', '.join(kills)}); produced {len(workload.committed)} "
                f"committed uids, {len(workload.aborted)} aborted, {workload.bad_sent} bad; target "
@@ -161,7 +181,7 @@ def test_exactly_once_through_crashes(spark, kafka, topic, tmp_path, capsys, mon
         f"missing {len(workload.committed - set(uids))}, unexpected {len(set(uids) - workload.committed)}; "
         f"{summary}")
     assert len(coordinates) == len(set(coordinates)) == workload.bad_sent, summary
-    assert len(kills) >= len(BATCH_POINTS) + RANDOM_KILLS
+    assert len(kills) >= len(BATCH_POINTS) + random_kills
 
 
 class KeyedWorkload:

@@ -2,7 +2,7 @@
 
 import re
 
-from ingest.platform.session import LOG_CONFIG
+from ingest.platform.builder import LOG_CONFIG
 
 # as org.apache.spark.rdd.RDD logs it when Delta's MERGE releases the source it checkpointed
 LINEAGE = ("RDD 1042 was locally checkpointed, its lineage has been truncated and cannot be recomputed "
