@@ -13,17 +13,7 @@ from delta.connect.exceptions import ConcurrentTransactionException  # noqa: E40
 from delta.exceptions import ConcurrentTransactionException as ClassicConcurrentTransaction  # noqa: E402
 
 from ingest.batch.commit.conflicts import retry_conflicts  # noqa: E402
-
-
-class Flaky:
-    def __init__(self, *errors):
-        self.errors, self.calls = list(errors), 0
-
-    def __call__(self):
-        self.calls += 1
-        if self.errors:
-            raise self.errors.pop(0)
-        return "committed"
+from tests.unit.batch.commit.test_conflicts import Flaky  # noqa: E402
 
 
 def test_the_pipelines_own_app_id_on_connect_is_retried_and_not_on_a_classic_session():

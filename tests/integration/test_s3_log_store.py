@@ -16,6 +16,7 @@ import pytest
 
 from ingest.stream.lease import LEASE_FILE, STALE_AFTER_S, AlreadyRunning
 from ingest.stream.store_lease import StoreLease, conditional_create
+from tests.integration.processes import wait_for
 
 IF_ABSENT = "fs.option.create.conditional.overwrite"
 # a bucket whose S3A settings turn conditional create off: a store without put-if-absent
@@ -170,8 +171,9 @@ def test_the_lease_on_s3_refuses_a_second_copy_and_a_stale_one_is_taken_over(spa
         stream.close()
         second = StoreLease("orders", checkpoint, spark)
         second.acquire()
-        time.sleep(6)  # the first copy's next heartbeat finds its lease changed
-        assert first.lost and not second.lost
+        # the first copy's next heartbeat finds its lease changed
+        wait_for(lambda: first.lost, 30, "the first copy to find its lease taken over")
+        assert not second.lost
         second.release()
         assert not fs.exists(path)
     finally:

@@ -41,9 +41,6 @@ def test_a_new_optional_field_adds_a_nullable_target_column(spark, kafka, topic,
 def test_schema_evolution_fail_stops_naming_the_column_and_writes_nothing(
         spark, kafka, topic, pipeline):
     from delta.tables import DeltaTable
-    from pyspark.errors import StreamingQueryException
-
-    from ingest.stream.query import start_query
 
     sender = Sender(kafka, topic)
     sender.send({"order_id": "o1", "customer": "c1", "amount": 1.0}, uid="u-1")
@@ -54,13 +51,7 @@ def test_schema_evolution_fail_stops_naming_the_column_and_writes_nothing(
     sender.flush()
     grown = replace(pipeline, schema_evolution="fail", source=replace(
         pipeline.source, schema=pipeline.source.schema + ", coupon STRING"))
-    query, processor = start_query(spark, grown, once=True)
-    try:
-        with pytest.raises(StreamingQueryException):
-            query.awaitTermination(600)
-    finally:
-        query.stop()
-    _, _, error = processor.failure
+    error = failure_of(spark, grown)
     assert "column coupon (string) is new" in str(error) and "schema_evolution: fail" in str(error)
     assert [r._uid for r in table(spark, pipeline.target.path).collect()] == ["u-1"]
     assert not DeltaTable.isDeltaTable(spark, pipeline.dead_letter.path)
@@ -69,9 +60,6 @@ def test_schema_evolution_fail_stops_naming_the_column_and_writes_nothing(
 def test_widen_grows_int_and_decimal_columns_in_place_and_refuses_a_type_delta_cannot_widen_to(
         spark, kafka, topic, pipeline):
     from delta.tables import DeltaTable
-    from pyspark.errors import StreamingQueryException
-
-    from ingest.stream.query import start_query
 
     sender = Sender(kafka, topic)
     narrow = replace(pipeline, schema_evolution="widen", source=replace(
@@ -96,13 +84,22 @@ def test_widen_grows_int_and_decimal_columns_in_place_and_refuses_a_type_delta_c
     sender.flush()
     texts = replace(wide, source=replace(wide.source, schema="order_id STRING NOT NULL, qty STRING, "
                                                             "price DECIMAL(14,3)"))
-    query, processor = start_query(spark, texts, once=True)
+    error = failure_of(spark, texts)
+    assert "column qty is bigint in the target and string in the batch (a type Delta's MERGE does not " \
+           "widen to" in str(error)
+    assert sorted(r._uid for r in table(spark, path).collect()) == ["u-1", "u-2"]
+
+
+def failure_of(spark, pipeline) -> Exception:
+    """The error a run of `pipeline` fails its first batch with (the query must fail)."""
+    from pyspark.errors import StreamingQueryException
+
+    from ingest.stream.query import start_query
+
+    query, processor = start_query(spark, pipeline, once=True)
     try:
         with pytest.raises(StreamingQueryException):
             query.awaitTermination(600)
     finally:
         query.stop()
-    _, _, error = processor.failure
-    assert "column qty is bigint in the target and string in the batch (a type Delta's MERGE does not " \
-           "widen to" in str(error)
-    assert sorted(r._uid for r in table(spark, path).collect()) == ["u-1", "u-2"]
+    return processor.failure[2]
