@@ -59,6 +59,7 @@ PROBLEM_CODES = {
     "order_by_rules": "order_by without upsert, or upsert without order_by",
     "schema_rules": "schema missing for json, or given for another format",
     "bad_column": "a column that is not in the payload, or of the wrong type",
+    "bad_path": "a path in a VARIANT column (payload:order.id::string) that is malformed or does not fit its key",
     "bad_variable": "a malformed ${...} reference",
     "missing_variable": "a ${VAR} with no value in any place looked in",
     "unknown_template": "a template variable other than ${topic}, or one outside the target and dead_letter",

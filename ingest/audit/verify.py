@@ -43,6 +43,7 @@ from ingest.platform.caching import required
 from ingest.spec.columns import UID
 from ingest.spec.model import Pipeline
 from ingest.spec.sql_check import changing_columns
+from ingest.spec.variant_path import reference_sql
 
 EXAMPLES = 5
 COORDINATES = ["topic", "partition", "offset"]
@@ -180,7 +181,7 @@ def _staged(pipeline: Pipeline, decoded: DataFrame, failed, compared: Compared) 
                          F.col(f"{RAW}.timestamp").alias("__kafka_timestamp"),
                          F.col(UID).alias("uid"), F.col(STAGE).alias("stage"), F.col(REASON).alias("reason"),
                          (F.col(TOMBSTONE) if TOMBSTONE in staged.columns else F.lit(False)).alias("__tombstone"),
-                         (F.col(f"`{order_by}`") if order_by else F.lit(None).cast("string")).alias("__order"),
+                         (F.expr(reference_sql(order_by)) if order_by else F.lit(None).cast("string")).alias("__order"),
                          payload_hash(payload).alias("__payload"),
                          payload_hash([c for c in payload if c not in compared.defaulted]).alias("__payload_alt"))
 

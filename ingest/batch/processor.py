@@ -52,6 +52,7 @@ from ingest.platform.delta import table_exists
 from ingest.platform.session import clone_with
 from ingest.spec.columns import DELETE, OP, UID
 from ingest.spec.model import Pipeline
+from ingest.spec.variant_path import reference_sql
 
 log = logging.getLogger("ingest.run")
 
@@ -375,7 +376,7 @@ def summarize(source: DataFrame, pipeline: Pipeline) -> BatchSummary:
         # Every good record counts, not only the kept ones: the MERGE of changes
         # takes other rows of a uid than KEEP marks.
         good = F.col(STAGE).isNull()
-        micros, within = F.unix_micros(F.col(f"`{horizon.column}`")), horizon.within_seconds * 1_000_000
+        micros, within = F.unix_micros(F.expr(reference_sql(horizon.column))), horizon.within_seconds * 1_000_000
         aggregates += [
             (F.min(F.when(good, micros)) - within).alias("lo"),
             (F.max(F.when(good, micros)) + within).alias("hi"),
@@ -456,8 +457,8 @@ def upsert_order(pipeline: Pipeline) -> str | None:
 
 
 def payload_schema(spark, pipeline: Pipeline):
-    """json: the DDL as a StructType; avro, protobuf: the run's `SchemaDecoder`
-    (asks the registry for the reader schema now)."""
+    """json: the DDL as a StructType (`schema: variant`: a `VariantDecoder`); avro, protobuf:
+    the run's `SchemaDecoder` (asks the registry for the reader schema now)."""
     if pipeline.source.format in ("avro", "protobuf"):
         from ingest.batch.formats.schemas import SchemaDecoder
 
@@ -469,4 +470,8 @@ def payload_schema(spark, pipeline: Pipeline):
         return decoder
     if pipeline.source.format != "json":
         return None
+    if pipeline.source.variant:
+        from ingest.batch.formats.variant import VariantDecoder
+
+        return VariantDecoder()
     return spark.createDataFrame([], pipeline.source.schema).schema

@@ -21,6 +21,7 @@ from pyspark.sql.types import StructType, TimestampType
 from ingest.batch.staged import KEEP, RAW, REASON, STAGE
 from ingest.spec.columns import UID
 from ingest.spec.model import Uid
+from ingest.spec.variant_path import VariantPath, is_path, reference_sql
 
 FIELD_SEPARATOR = "\u001f"
 
@@ -33,6 +34,9 @@ def utc_text(column: str) -> Column:
 
 
 def _field_text(name: str, schema: StructType | None) -> Column:
+    if is_path(name):  # a path in a VARIANT column, read as its type
+        path = VariantPath.parse(name)
+        return utc_text(path.sql()) if path.read_as == "timestamp" else F.expr(path.sql()).cast("string")
     column = f"`{name}`"
     fields = {f.name.lower(): f for f in schema.fields} if schema is not None else {}
     field = fields.get(name.lower())
@@ -51,7 +55,7 @@ def uid_column(uid: Uid, schema: StructType | None = None) -> Column:
         # dead letter
         return F.get(matching, 0)["value"].cast("string")
     if uid.field is not None:
-        return F.col(f"`{uid.field}`").cast("string")
+        return F.expr(reference_sql(uid.field)).cast("string")
     if uid.fields:
         parts = [_field_text(name, schema) for name in uid.fields]
         any_null = F.lit(False)
@@ -68,8 +72,12 @@ def _missing_reason(uid: Uid) -> str:
     if uid.header is not None:
         return (f"header '{uid.header}' missing or null (uid.header: the producer must set it on every "
                 "record)")
+    if uid.field is not None and is_path(uid.field):
+        return f"path {uid.field} is missing or null, or its value is not a {VariantPath.parse(uid.field).read_as}"
     if uid.field is not None:
         return f"field '{uid.field}' is null"
+    if any(is_path(name) for name in uid.fields):
+        return f"one of the fields {', '.join(uid.fields)} is missing or null (a path: or not of its type)"
     return f"one of the fields {', '.join(uid.fields)} is null"
 
 
@@ -83,11 +91,12 @@ def with_uid(staged: DataFrame, uid: Uid, order_by: str | None = None,
     missing = F.col(STAGE).isNull() & value.isNull()
     reason = F.lit(_missing_reason(uid))
     if order_by is not None:
-        unordered = F.col(STAGE).isNull() & value.isNotNull() & F.col(f"`{order_by}`").isNull()
+        unordered = F.col(STAGE).isNull() & value.isNotNull() & F.expr(reference_sql(order_by)).isNull()
         if unordered_ok is not None:
             unordered = unordered & ~F.col(unordered_ok)
         reason = F.when(missing, reason).otherwise(
-            F.lit(f"order_by column '{order_by}' is null; upsert needs it to tell the latest version"))
+            F.lit(f"order_by {'path' if is_path(order_by) else 'column'} '{order_by}' is null; upsert needs "
+                  "it to tell the latest version"))
         missing = missing | unordered
     return staged.select(
         value.alias(UID),
@@ -106,7 +115,7 @@ def mark_one_per_uid(staged: DataFrame, mode: str, order_by: str | None) -> Data
     no uid, so it never shares a window with a good one)."""
     position = [F.col(f"{RAW}.topic"), F.col(f"{RAW}.partition"), F.col(f"{RAW}.offset")]
     if mode == "upsert":
-        ordering = [F.col(f"`{order_by}`").desc_nulls_last(), F.col(f"{RAW}.timestamp").desc(),
+        ordering = [F.expr(reference_sql(order_by)).desc_nulls_last(), F.col(f"{RAW}.timestamp").desc(),
                     *[c.desc() for c in position]]
     else:
         ordering = [c.asc() for c in position]

@@ -19,6 +19,7 @@ from ingest.spec.model import (
     Uid,
 )
 from ingest.spec.values import Check, did_you_mean
+from ingest.spec.variant_path import PAYLOAD, TIMESTAMPS, BadPath, VariantPath, is_path
 
 UID = "_uid"  # the record's identity in the target
 SEQUENCE = "_sequence"  # a change's place in its key's order (cdc.sequence)
@@ -39,6 +40,7 @@ def check_columns(c: Check, source: Source, transform: Transform | None, uid: Ui
     """Column references checked against the schema when no transform reshapes it;
     with a transform the Spark pass (sql_check) knows the columns."""
     columns = decoded_columns(source)
+    check_paths(c, uid, target, None if transform is not None else columns)
     if columns is None:
         return
     horizon = target.dedup_horizon
@@ -55,13 +57,62 @@ def check_columns(c: Check, source: Source, transform: Transform | None, uid: Ui
     reserved = INGEST_COLUMNS + (CHANGE_COLUMNS if cdc or target.deletes != "soft"
                                  or uid.key else ())
     for path, column in column_references(uid, target, cdc):
-        if column not in columns:
+        if column not in columns and not is_path(column):  # a path: check_paths
             c.add("bad_column", path, f"{column!r} is not a column of the payload; expected one of "
                   f"{', '.join(columns)}{did_you_mean(column, list(columns))}")
     for column in reserved:
         if column in columns:
             c.add("bad_column", "source.schema", f"column {column} is one ingest adds; expected "
                   "another name (or rename it in transform.select)")
+
+
+# the keys where a path in a VARIANT column may stand for a column
+PATH_KEYS = ("uid.field", "uid.fields", "target.order_by", "target.dedup_horizon")
+
+
+def check_paths(c: Check, uid: Uid, target: Target, columns: dict[str, str] | None) -> bool:
+    """Each `payload:...` reference parses, reads a type its key can use, and (`columns`:
+    the decoded payload, when no transform reshapes it) names a VARIANT column. True when
+    every path is fine."""
+    mark = c.mark()
+    for key, reference in column_references(uid, target):
+        if not is_path(reference):
+            continue
+        key = "target.dedup_horizon.column" if key == "target.dedup_horizon" else key
+        if not key.startswith(PATH_KEYS):
+            c.add("bad_path", key, f"{reference!r} is a path in a VARIANT column; expected a column "
+                  "name here (a column transform.select extracts, e.g. \"payload:region::string AS region\")")
+            continue
+        try:
+            path = VariantPath.parse(reference)
+        except BadPath as error:
+            c.add("bad_path", key, f"{reference!r} is not a path in a VARIANT column: {error}")
+            continue
+        _path_rules(c, key, reference, path, target, uid)
+        if columns is not None and columns.get(path.column) != "VARIANT":
+            variants = [name for name, kind in columns.items() if kind == "VARIANT"]
+            expected = (f"{variants[0]}:<path>" if variants else
+                        f"source.schema: variant (each record one VARIANT column, {PAYLOAD}) and {PAYLOAD}:<path>")
+            c.add("bad_path", key, f"{path.column!r} is not a VARIANT column of the payload; expected {expected}")
+    return not c.failed(mark)
+
+
+def _path_rules(c: Check, key: str, reference: str, path: VariantPath, target: Target, uid: Uid) -> None:
+    """What the key needs of the value: a TIMESTAMP for the horizon, an order for order_by."""
+    if key == "target.dedup_horizon.column" and path.read_as not in TIMESTAMPS:
+        c.add("bad_path", key, f"{reference!r} is read as {path.read_as.upper()}; expected a TIMESTAMP: end "
+              "the path with ::timestamp")
+    if key != "target.order_by":
+        return
+    if path.type is None:
+        c.add("bad_path", key, f"{reference!r} has no type; expected the type to order by, e.g. "
+              "payload:version::bigint")
+    elif path.type == "variant":
+        c.add("bad_path", key, f"{reference!r} is read as VARIANT, which has no order; expected a type "
+              "that orders, e.g. payload:version::bigint")
+    elif uid.key and target.mode == "upsert":
+        c.add("bad_path", key, f"{reference!r}: tombstone deletes order by a column of the target; "
+              "expected a column transform.select extracts, e.g. \"payload:version::bigint AS version\"")
 
 
 def column_references(uid: Uid, target: Target, cdc: Cdc | None = None) -> list[tuple[str, str]]:
@@ -90,6 +141,8 @@ def is_envelope_sequence(sequence: str) -> bool:
 def decoded_columns(source: Source) -> dict[str, str] | None:
     """Payload column -> upper-case type word, before transform; None if the DDL is
     too unusual to read without Spark (Spark's own parser then decides)."""
+    if source.variant:
+        return {PAYLOAD: "VARIANT"}
     if source.format == "string":
         return {"value": "STRING"}
     if source.format == "bytes":

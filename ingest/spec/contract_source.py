@@ -19,6 +19,7 @@ from ingest.spec.model import (
     frozen_map,
 )
 from ingest.spec.values import Check, did_you_mean
+from ingest.spec.variant_path import VARIANT_SCHEMA
 from ingest.spec.yaml_tree import join
 
 SOURCE_KEYS = ("kafka", "format", "schema", "schemas", "registry", "schema_file", "message", "unknown_fields")
@@ -66,17 +67,36 @@ def check_source(c: Check, top: dict) -> Source | None:
                          "a schema file: .avsc for avro, .proto for protobuf")
     message = c.text("source.message", source.get("message"), "a protobuf message type, e.g. shop.Order")
     _schema_source_rules(c, source, fmt, schema_file)
-    unknown_fields = _unknown_fields(c, source.get("unknown_fields"), fmt, "cdc" in top)
+    variant = fmt == "json" and schema is not None and schema.strip().lower() == VARIANT_SCHEMA
+    if variant:
+        schema = VARIANT_SCHEMA
+        _variant_rules(c, source, schemas, "cdc" in top)
+    unknown_fields = _unknown_fields(c, source.get("unknown_fields"), fmt, "cdc" in top, variant)
     if c.failed(mark):
         return None
-    return Source(kafka, fmt, schema, frozen_map(schemas), registry, schema_file, message, unknown_fields)
+    return Source(kafka, fmt, schema, frozen_map(schemas), registry, schema_file, message,
+              unknown_fields)
 
 
-def _unknown_fields(c: Check, raw: Any, fmt: str | None, with_cdc: bool) -> str:
+def _variant_rules(c: Check, source: dict, schemas: dict[str, str], with_cdc: bool) -> None:
+    """`schema: variant` keeps each record whole: no field is unknown to it, it has no columns
+    for cdc's row, and it is one schema for every topic."""
+    if source.get("unknown_fields") is not None:
+        c.add("schema_rules", "source.unknown_fields", "the VARIANT payload keeps every field; expected no "
+              "unknown_fields with schema: variant")
+    if with_cdc:
+        c.add("cdc_rules", "source.schema", "cdc reads the row's columns from the envelope; expected a DDL "
+              "schema with cdc, not variant")
+    if schemas:
+        c.add("schema_rules", "source.schemas", "schema: variant is every topic's; expected no "
+              "source.schemas with it")
+
+
+def _unknown_fields(c: Check, raw: Any, fmt: str | None, with_cdc: bool, variant: bool = False) -> str:
     """json payloads only: the other formats resolve a writer's fields by their own rules,
-    and a change's row by its envelope."""
+    and a change's row by its envelope (a VARIANT payload's rule is `_variant_rules`')."""
     path = "source.unknown_fields"
-    if raw is None and (fmt != "json" or with_cdc):
+    if variant or (raw is None and (fmt != "json" or with_cdc)):
         return "ignore"
     if raw is not None and (fmt != "json" or with_cdc):
         c.add("schema_rules", path, "only used with format json without cdc; expected no unknown_fields "

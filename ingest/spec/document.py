@@ -60,8 +60,8 @@ def _source_document(source: Source, with_cdc: bool = False) -> dict:
                         "schema": source.schema, "schemas": dict(source.schemas),
                         "registry": registry_document,
                         "schema_file": source.schema_file, "message": source.message,
-                        "unknown_fields": source.unknown_fields if source.format == "json" and not with_cdc
-                        else None})
+                        "unknown_fields": source.unknown_fields
+                        if source.format == "json" and not with_cdc and not source.variant else None})
 
 
 def _kafka_document(kafka: KafkaSource) -> dict:

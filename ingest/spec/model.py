@@ -65,7 +65,7 @@ class Registry:
 class Source:
     kafka: KafkaSource
     format: str = "json"
-    schema: str | None = None  # Spark DDL; required for json
+    schema: str | None = None  # Spark DDL, or "variant" (json); required for json
     # per-topic DDL with a pattern; a topic not named here uses `schema`
     schemas: Mapping[str, str] = field(default_factory=frozen_map)
     registry: Registry | None = None  # avro | protobuf: the writer schemas by id, the reader schema
@@ -74,6 +74,11 @@ class Source:
     # json: a top-level field the schema does not name is ignored, counted in the batch line
     # (warn) or makes the record a dead letter
     unknown_fields: str = "warn"
+
+    @property
+    def variant(self) -> bool:
+        """json records each decoded as one VARIANT column, `payload` (`schema: variant`)."""
+        return self.format == "json" and (self.schema or "").strip().lower() == "variant"
 
     @property
     def subject(self) -> str | None:

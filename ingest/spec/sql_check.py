@@ -22,6 +22,7 @@ from ingest.spec import plan_text
 from ingest.spec.columns import INGEST_COLUMNS, column_references
 from ingest.spec.model import REGISTRY_FORMATS, Pipeline, Source, Transform
 from ingest.spec.values import did_you_mean
+from ingest.spec.variant_path import PAYLOAD, VariantPath, is_path
 
 # PySpark logs every analysis error it raises at ERROR with a JVM stack trace;
 # here an error is an expected answer, already reported as a problem.
@@ -49,6 +50,7 @@ def check_sql(pipeline: Pipeline, spark, payload=None) -> list[Problem]:
             output = _transformed(decoded, pipeline.transform, problems)
             if output is not None:
                 problems += _column_problems(pipeline, output.schema)
+                problems += _path_problems(pipeline, output)
                 problems += _changing_uid(pipeline, output)
     return _unique(problems)
 
@@ -110,6 +112,8 @@ def _decoded_frame(spark, source: Source, problems: list[Problem], path: str = "
     if source.format in REGISTRY_FORMATS:
         return None  # no reader schema to check against
     ddl = {"string": "value STRING", "bytes": "value BINARY"}.get(source.format, source.schema)
+    if source.variant:
+        ddl = f"{PAYLOAD} VARIANT"
     try:
         frame = spark.createDataFrame([], ddl)
     except PySparkException as error:
@@ -265,7 +269,7 @@ def _column_problems(pipeline: Pipeline, schema) -> list[Problem]:
     where = "after transform" if pipeline.transform else "of the payload"
     problems = []
     for path, column in column_references(pipeline.uid, pipeline.target):
-        if column.lower() not in fields:
+        if column.lower() not in fields and not is_path(column):  # a path: _path_problems
             names = [field.name for field in schema.fields]
             problems.append(Problem("bad_column", path, f"{column!r} is not a column {where}; "
                                     f"expected one of {', '.join(names)}{did_you_mean(column, names)}"))
@@ -276,8 +280,39 @@ def _column_problems(pipeline: Pipeline, schema) -> list[Problem]:
     return problems
 
 
+def _path_problems(pipeline: Pipeline, output) -> list[Problem]:
+    """A `payload:...` reference (the spec has parsed it) names a VARIANT column of the
+    output, and Spark reads the path as its type."""
+    from pyspark.errors import PySparkException
+
+    fields = {field.name.lower(): field for field in output.schema.fields}
+    where = "after transform" if pipeline.transform else "of the payload"
+    problems = []
+    for key, reference in column_references(pipeline.uid, pipeline.target):
+        if not is_path(reference):
+            continue
+        key = "target.dedup_horizon.column" if key == "target.dedup_horizon" else key
+        path = VariantPath.parse(reference)
+        field = fields.get(path.column.lower())
+        if field is None or field.dataType.typeName() != "variant":
+            found = "not a column" if field is None else f"{field.dataType.simpleString().upper()}, not a VARIANT"
+            problems.append(Problem("bad_path", key, f"{reference!r}: {path.column!r} is {found} {where}; "
+                                    "expected a VARIANT column (source.schema: variant makes payload)"))
+            continue
+        try:
+            _ = output.selectExpr(path.sql()).schema
+        except PySparkException as error:
+            if server_lost(error):
+                raise
+            problems.append(Problem("bad_path", key, f"{reference!r}: {spark_message(error)}; expected a path "
+                                    "Spark reads, e.g. payload:order.id::string"))
+    return problems
+
+
 def _horizon_type(pipeline: Pipeline, fields: dict) -> list[Problem]:
     horizon = pipeline.target.dedup_horizon
+    if horizon is not None and is_path(horizon.column):
+        return []  # its type is the path's (`columns.check_paths`)
     field = fields.get(horizon.column.lower()) if horizon else None
     if field is None or field.dataType.typeName() == "timestamp":
         return []

@@ -9,6 +9,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from ingest.batch.formats.variant import VariantDecoder
 from ingest.batch.staged import NULL_VALUE, RAW, RAW_FIELDS, REASON, STAGE, UNKNOWN_FIELDS
 
 _CORRUPT = "__corrupt"
@@ -16,7 +17,8 @@ _CORRUPT = "__corrupt"
 
 def decode(raw: DataFrame, fmt: str, schema, unknown_fields: str = "ignore") -> DataFrame:
     """Columns RAW, STAGE, REASON, then the payload columns. `schema` is the JSON
-    payload's StructType, or for avro and protobuf the run's `SchemaDecoder`.
+    payload's StructType (for `schema: variant` a `VariantDecoder`), or for avro and
+    protobuf the run's `SchemaDecoder`.
     `unknown_fields` (json): what a top-level field the schema does not name does; with
     warn, RAW carries their names (UNKNOWN_FIELDS) for the batch's count."""
     if fmt == "json" and unknown_fields != "ignore":
@@ -24,7 +26,7 @@ def decode(raw: DataFrame, fmt: str, schema, unknown_fields: str = "ignore") -> 
             [_unknown(F.col("value").cast("string"), schema).alias(UNKNOWN_FIELDS)]
             if unknown_fields == "warn" else [])).alias(RAW)), schema, unknown_fields)
     with_raw = raw.select(F.struct(*[F.col(c) for c in RAW_FIELDS]).alias(RAW))
-    if fmt in ("avro", "protobuf"):
+    if fmt in ("avro", "protobuf") or isinstance(schema, VariantDecoder):
         return schema.decode(with_raw, RAW, STAGE, REASON)
     if fmt == "string":
         return _ok(with_raw, F.col(f"{RAW}.value").cast("string").alias("value"))

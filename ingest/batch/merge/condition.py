@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 from ingest.spec.model import Pipeline
+from ingest.spec.variant_path import reference_sql
 
 PLACEHOLDERS = {
     "uid_min": "<batch min _uid>",
@@ -38,29 +39,32 @@ def merge_condition(pipeline: Pipeline, bounds: Mapping[str, str] | None = None)
         if horizon:
             lo = PLACEHOLDERS["horizon_lo"].format(column=horizon.column, within=horizon.within)
             hi = PLACEHOLDERS["horizon_hi"].format(column=horizon.column, within=horizon.within)
-            parts.append(f"t.`{horizon.column}` BETWEEN {lo} AND {hi}")
+            parts.append(f"{reference_sql(horizon.column, 't')} BETWEEN {lo} AND {hi}")
         return " AND ".join(parts)
     if "uid_min" in bounds and "uid_max" in bounds:
         parts.append(f"t._uid BETWEEN {sql_string(bounds['uid_min'])} AND {sql_string(bounds['uid_max'])}")
     horizon = pipeline.target.dedup_horizon
     if horizon and "horizon_lo" in bounds and "horizon_hi" in bounds:
-        parts.append(f"t.`{horizon.column}` BETWEEN TIMESTAMP {sql_string(bounds['horizon_lo'])}"
+        parts.append(f"{reference_sql(horizon.column, 't')} BETWEEN TIMESTAMP {sql_string(bounds['horizon_lo'])}"
                      f" AND TIMESTAMP {sql_string(bounds['horizon_hi'])}")
     return " AND ".join(parts)
 
 
-def upsert_condition(pipeline: Pipeline, payload: Sequence[str] = ()) -> str:
+def upsert_condition(pipeline: Pipeline, payload: Sequence[str] = (),
+                     unordered: Sequence[str] = ()) -> str:
     """When a matched source row replaces the target row: a later `order_by` wins;
     ties go to the later Kafka timestamp, then the later position (across partitions
     the position alone says nothing about which record is newer); the same record
     again changes nothing. With `payload` (the columns both sides have), a row whose
-    values are all the same is left as it is."""
-    col = f"`{pipeline.target.order_by}`"
+    values are all the same is left as it is; `unordered` of them (VARIANT, which SQL
+    cannot compare) are compared as JSON text."""
+    s_order, t_order = (reference_sql(pipeline.target.order_by or "", side) for side in ("s", "t"))
     later_record = ("struct(s._kafka_timestamp, s._topic, s._partition, s._offset) > "
                     "struct(t._kafka_timestamp, t._topic, t._partition, t._offset)")
-    later = (f"((s.{col} > t.{col}) OR (t.{col} IS NULL AND s.{col} IS NOT NULL) "
-             f"OR ((s.{col} <=> t.{col}) AND {later_record}))")
+    later = (f"(({s_order} > {t_order}) OR ({t_order} IS NULL AND {s_order} IS NOT NULL) "
+             f"OR (({s_order} <=> {t_order}) AND {later_record}))")
     if not payload:
         return later
-    same = " AND ".join(f"(s.`{c}` <=> t.`{c}`)" for c in payload)
+    same = " AND ".join(f"(to_json(struct(s.`{c}`)) <=> to_json(struct(t.`{c}`)))" if c in unordered
+                        else f"(s.`{c}` <=> t.`{c}`)" for c in payload)
     return f"{later} AND NOT ({same})"

@@ -32,6 +32,12 @@ def compared_columns(rows: DataFrame, existing: DataFrame) -> tuple[str, ...]:
     return tuple(payload)
 
 
+def unordered_columns(rows: DataFrame) -> tuple[str, ...]:
+    """The columns `<=>` cannot compare: a VARIANT (`source.schema: variant`), or a type
+    holding one."""
+    return tuple(f.name for f in rows.schema.fields if "variant" in f.dataType.simpleString())
+
+
 def changing_rows(rows: DataFrame, existing: DataFrame, on: str, update: str) -> DataFrame:
     """The batch's rows an upsert would insert or really update. Delta's MERGE with
     an insert clause rewrites every file holding a matched uid, whatever the update
@@ -51,8 +57,9 @@ def merge_batch(session, rows: DataFrame, pipeline: Pipeline, bounds: dict[str, 
     whens = [When(False, "insert *")]
     if target.mode == "upsert":
         payload = compared_columns(rows, table.toDF())
-        rows = changing_rows(rows, table.toDF(), condition, upsert_condition(pipeline, payload))
-        whens.insert(0, When(True, "update *", upsert_condition(pipeline, payload)))
+        update = upsert_condition(pipeline, payload, unordered_columns(rows))
+        rows = changing_rows(rows, table.toDF(), condition, update)
+        whens.insert(0, When(True, "update *", update))
     builder = table.alias("t").merge(rows.alias("s"), condition).withSchemaEvolution()
     with no_broadcast(session) if target.mode == "insert_only" else nullcontext():
         return executed(apply(builder, whens))
