@@ -22,6 +22,7 @@ from ingest.spec.loader import Loaded
 from ingest.spec.locations import shown_location
 from ingest.spec.model import REGISTRY_FORMATS, Pipeline
 from ingest.spec.settings import Settings, mask, mask_mapping, mask_values
+from ingest.spec.variant_path import is_path
 
 NEEDS_SPARK = False  # a plan is read from the spec; the few parts that need pyspark import it themselves
 INDENT = "  "
@@ -196,7 +197,7 @@ def _uid_text(pipeline: Pipeline) -> str:
     uid = pipeline.uid
     return {
         "header": f"Kafka header {uid.header!r} (UTF-8)",
-        "field": f"payload column {uid.field}",
+        "field": f"payload {'path' if uid.field and is_path(uid.field) else 'column'} {uid.field}",
         "fields": f"SHA-256 of columns {', '.join(uid.fields)}",
         "coordinates": "topic/partition/offset (exact only with idempotent producers)",
         "key": "the Kafka key (UTF-8)",

@@ -4,6 +4,7 @@ letter naming the path, and validate's Spark pass on paths after a transform."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 from pyspark.sql import functions as F
@@ -39,8 +40,8 @@ def load(text: str = PIPELINE):
     return load_text(text, "orders.yaml", environ={}, settings=SETTINGS)
 
 
-def staged(spark, *values: bytes):
-    pipeline = load().pipeline
+def staged(spark, *values: bytes, text: str = PIPELINE):
+    pipeline = load(text).pipeline
     decoded = decode_records(raw(spark, *values), pipeline, payload_schema(spark, pipeline))
     return staged_records(decoded, pipeline).orderBy(F.col("__raw.offset"))
 
@@ -62,6 +63,19 @@ def test_records_decode_to_one_variant_column_and_the_uid_comes_from_its_path(sp
         "uid", "path payload:order.id::string is missing or null, or its value is not a string")
     # an object read as STRING is its JSON text: a uid still, the same for the same object
     assert (rows[4][UID], rows[4][STAGE]) == ('{"nested":true}', None)
+
+
+def test_uid_fields_paths_hash_their_text_a_timestamp_as_its_utc_wall_clock(spark):
+    fields = PIPELINE.replace('field: "payload:order.id::string"',
+                              'fields: ["payload:order.id", "payload:ts::timestamp"]')
+    frame = staged(spark, json.dumps({"order": {"id": "o1"}, "ts": "2026-11-28T09:00:00Z"}).encode(),
+                   json.dumps({"order": {"id": "o2"}, "ts": "not a time"}).encode(), text=fields)
+    rows = frame.select(UID, STAGE, REASON).collect()
+    expected = hashlib.sha256("o1\u001f2026-11-28 09:00:00".encode()).hexdigest()
+    assert (rows[0][UID], rows[0][STAGE]) == (expected, None)
+    assert (rows[1][STAGE], rows[1][REASON]) == (
+        "uid", "one of the fields payload:order.id, payload:ts::timestamp is missing or null (a path: or not "
+        "of its type)")
 
 
 def test_validate_reads_paths_after_the_transform_with_spark(spark):
