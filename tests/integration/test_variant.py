@@ -5,6 +5,7 @@ delta-rs (`deltalake`) reads the table but not inside a VARIANT (docs/formats.md
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import replace
 
 import pyarrow as pa
@@ -17,7 +18,7 @@ from ingest.cli import main
 from ingest.spec.document import to_document, to_yaml
 from ingest.spec.model import DedupHorizon, Source, Transform, Uid
 from ingest.stream.replay import replay, resolve_range
-from tests.integration.conftest import crash_at, run_once, table, with_target
+from tests.integration.conftest import crash_at, run_once, run_recovering, table, with_target
 
 
 def order(order_id, ts: str = "2026-11-28T09:00:00Z", **more) -> dict:
@@ -86,6 +87,13 @@ def test_nested_json_lands_as_variant_dedups_by_a_path_and_survives_a_crash_and_
     reports = replay(spark, orders, span)
     assert sum(r.merged.inserted for r in reports) == 0 and sum(r.summary.read for r in reports) == 9
     assert ids(spark, path) == [f"o{n}" for n in range(7)]
+
+    shutil.rmtree(orders.checkpoint)  # the checkpoint lost: the run starts from the target's ledger
+    sender.send(order("o7"), partition=1)
+    sender.flush()
+    plan, _ = run_recovering(spark, orders)
+    assert plan.starting_offsets == {orders.source.kafka.topics[0]: {0: 4, 1: 7}}, plan.notes
+    assert ids(spark, path) == [f"o{n}" for n in range(8)]
 
     DeltaTable.forPath(spark, path).delete("payload:order.id::string = 'o3'")  # a tampering
     found = ingest.verify(spark, file)
