@@ -323,6 +323,17 @@ def delta_versions(table: Path) -> list[int]:
     return sorted(int(f.stem) for f in log.glob("*.json")) if log.is_dir() else []
 
 
+def sockets_of(pid: int) -> int:
+    """How many sockets the process holds open."""
+    count = 0
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            count += os.readlink(fd).startswith("socket:")
+        except OSError:
+            pass  # closed meanwhile
+    return count
+
+
 def one_new_worker(server: ConnectServer, known: set[int], run: IngestProcess) -> int | None:
     assert run.process.poll() is None, f"the run ended before its batch worker started:\n{run.output()[-3000:]}"
     new = set(batch_workers(server)) - known
@@ -365,7 +376,10 @@ def test_a_killed_clients_batch_commits_nothing_once_the_rerun_started(server, k
         again = remote_run(pipeline_file, kafka, server, tmp_path / "again.log")
         new_worker = wait_for(lambda: one_new_worker(server, idle | {old_worker}, again), 600,
                               "the rerun's batch worker", lambda: again.output()[-3000:])
-        time.sleep(3)  # connected back to the server (a worker held before that fails the start)
+        # connected back to the server first: a worker held before that fails the rerun's start
+        wait_for(lambda: sockets_of(new_worker), 120, "the rerun's worker's connection to the server",
+                 lambda: server.output()[-3000:])
+        time.sleep(1)  # and through its handshake
         os.kill(new_worker, signal.SIGSTOP)  # the rerun's batches wait: the old worker runs alone
         os.kill(old_worker, signal.SIGCONT)
         try:
