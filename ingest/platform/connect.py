@@ -69,6 +69,8 @@ def connect_session(url: str, app_name: str = "ingest", conf: dict[str, str] | N
     # went away took its streaming queries with it, and the run should fail while someone
     # still watches (the next run resumes from the checkpoint).
     session.client.set_retry_policies([DefaultPolicy(max_retries=9, max_backoff=10_000)])
+    # pyspark warns as it gives up; the run says the server stopped answering in a line of its own
+    warnings.filterwarnings("ignore", message=r"\[RETRIES_EXCEEDED\]", category=UserWarning)
     if server_apart(url):
         mark_disk_apart(session)
     return session

@@ -124,7 +124,7 @@ class Lease:
         """`on_note` hears that this copy waits for the lease of a holder it cannot see.
         `on_this_disk=False`: the checkpoint is a remote Connect server's (`ingest run
         --remote sc://...`), where the run lives too: no lease on this machine's disk; the
-        rerun's query stops the one a killed client left (Spark's stopActiveRunOnRestart)."""
+        rerun ends the query a killed client left there (`stream.orphan_query`)."""
         self.pipeline = pipeline
         self.on_note = on_note
         self.folder = local_path(checkpoint) if on_this_disk else None

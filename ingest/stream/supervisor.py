@@ -41,6 +41,7 @@ from ingest.stream.lease import Lease
 from ingest.stream.log_store import single_driver_warning
 from ingest.stream.maintenance import OptimizeSchedule
 from ingest.stream.metrics import Metrics
+from ingest.stream.orphan_query import end_previous
 from ingest.stream.progress import CatchUp
 from ingest.stream.query import start_query
 from ingest.stream.store_lease import StoreLease, conditional_create
@@ -124,6 +125,9 @@ class Supervisor:
             self._store_leases()
             if is_connect(spark):
                 self._own_sessions()
+                if self.server_apart:  # where a killed client's query can outlive it
+                    for run in self.running:
+                        end_previous(spark, run.session or spark, run.pipeline, self.on_note)
             if any(_observed(p) for p in self.pipelines):
                 self.metrics = Metrics(spark)
             for run in self.running:
@@ -307,7 +311,10 @@ class Supervisor:
         """A stop was requested and the driver JVM went with it: systemd's control-group
         mode signals every process of the unit at once, the JVM too, which then shuts
         down (or dies) while the queries are being stopped. That is the stop asked for;
-        the signal may reach this process a moment after the JVM, hence the grace."""
+        the signal may reach this process a moment after the JVM, hence the grace. A Connect
+        server running apart is no process of the unit: its loss waits for no signal."""
+        if self._server_lost and self.server_apart:
+            return self._stop.is_set()
         return not self._driver_alive() and self._stop.wait(_STOP_GRACE_S)
 
     def _driver_gone(self, outcomes: dict[str, Outcome], error: BaseException) -> None:
