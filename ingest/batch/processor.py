@@ -3,12 +3,11 @@
 `BatchProcessor.__call__` follows pipeline-spec.md's "What one micro-batch
 does", top to bottom:
 
-1-3. read, decode, transform and uid the Kafka rows (lazily) and cache them slim
-     (no raw key, value or headers). One aggregation over them reads Kafka once,
-     fills the cache and gives the counts per stage, offsets per partition, unique
-     uids, the MERGE bounds and the batch's duplicate uids with the record each
-     keeps (`batch.duplicates`); the MERGE source marks the one row per uid that
-     reaches the MERGE against those, without an exchange.
+1-3. read, decode, transform and uid the Kafka rows (lazily), mark the one row
+     per uid that reaches the MERGE, and cache that slim MERGE source (no raw
+     key, value or headers). One aggregation over it reads Kafka once, fills
+     the cache and gives the counts per stage, offsets per partition, unique
+     uids and the MERGE bounds.
      Then the batch's position (`commit.position`): the range Spark planned,
      the topic ids and the txn id, and a batch id the target has already
      committed checked to be the same range; then the ranges retention lost
@@ -28,40 +27,68 @@ import threading
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 from typing import Callable
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from ingest.batch import duplicates, lost_ranges, schema_evolution, transform
+from ingest.batch import lost_ranges, schema_evolution, transform
 from ingest.batch.commit import faults, ledger
 from ingest.batch.commit.conflicts import retry_conflicts
 from ingest.batch.commit.position import BatchPosition, QueryPosition
 from ingest.batch.commit.warm_state import StateWarmer
-from ingest.batch.duplicates import Duplicates
 from ingest.batch.formats.cdc import decode_envelope
 from ingest.batch.formats.decode import decode
 from ingest.batch.merge import dead_letters
 from ingest.batch.merge import mode as merge_mode
 from ingest.batch.merge.target import MergeResult, target_schema
 from ingest.batch.staged import KEEP, RAW, REASON, STAGE, TOMBSTONE, UNKNOWN_FIELDS
-from ingest.batch.summary import BatchSummary, carries_unknown, summarize
 from ingest.batch.uid import mark_one_per_uid, with_uid
+from ingest.kafka.offsets import Offsets
 from ingest.platform.caching import kept, let_go
 from ingest.platform.delta import table_exists
 from ingest.platform.session import clone_with
-from ingest.spec.columns import UID
+from ingest.spec.columns import DELETE, OP, UID
 from ingest.spec.model import Pipeline
 
 log = logging.getLogger("ingest.run")
 
+STAGES = ("decode", "transform", "uid", "filtered")
 PREPARE_JOB_GROUP = "ingest-background-prepare-target"
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 # What the MERGE, the ledger and the summary need of the raw record: its coordinates, not its bytes.
 _COORDINATES = ("topic", "partition", "offset", "timestamp")
-# From this many records a batch's MERGE probes the target by broadcast (one job more, and no
-# exchange of the batch); a smaller batch's exchange costs less than that job (bench/README.md).
-BROADCAST_FROM = 5_000
+
+
+@dataclass(frozen=True)
+class BatchSummary:
+    """What one pass over the staged batch learns: counts, offsets, MERGE bounds."""
+
+    read: int
+    unique: int  # distinct uids among the records that reach the MERGE
+    by_stage: dict[str, int]
+    start_offsets: Offsets
+    end_offsets: Offsets  # next offset to read, per partition
+    bounds: dict[str, str]
+    deletes: int = 0  # good records that delete their key, where a delete log keeps them (else 0)
+    # source.unknown_fields: warn: records with fields the schema does not name, and one's names
+    unknown_fields: int = 0
+    unknown_example: str | None = None
+
+    @property
+    def dead_letters(self) -> int:
+        return sum(self.by_stage.get(s, 0) for s in dead_letters.FAILURE_STAGES)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """What the batch's commits record in their ledger entry."""
+        return {"read": self.read, "unique": self.unique, **self.by_stage}
+
+    @property
+    def good(self) -> int:
+        return self.read - self.dead_letters - self.by_stage.get("filtered", 0)
 
 
 @dataclass(frozen=True)
@@ -112,8 +139,6 @@ class BatchProcessor:
     on_report: Callable[[BatchReport], None] = lambda report: log.info(report.line())
     # False only to measure what the bounds save (bench/); the result is as exact, only slower.
     bounded: bool = True
-    # False only to measure what the narrow dedup saves (bench/): the window marks KEEP, as exact
-    narrow_dedup: bool = True
     # the table among a pipeline's per-topic tables (`batch.routing`), part of its txn app id
     table_key: str | None = None
     # (batch id, end offsets if known, error) of the batch that failed, for the run's message
@@ -162,8 +187,7 @@ class BatchProcessor:
             session.sparkContext.setJobGroup(PREPARE_JOB_GROUP, "ingest: the target, made while the query starts",
                                              interruptOnCancel=False)
             staged = self._transform_and_uid(self._decode(session.createDataFrame([], batch_schema)), failed=())
-            rows = merge_mode.batch_rows(duplicates.mark(slim(staged), duplicates.NONE, self.pipeline)
-                                         .where(F.col(STAGE).isNull()), self.pipeline)
+            rows = merge_mode.batch_rows(self._merge_source(staged).where(F.col(STAGE).isNull()), self.pipeline)
             self._ready_target(session, rows)
         except Exception as error:  # the first batch makes the tables then
             log.debug("%s: making the target while the query starts failed: %s", self.pipeline.name, error)
@@ -207,12 +231,12 @@ class BatchProcessor:
 
     def _stage(self, batch_df: DataFrame, cached: ExitStack) -> tuple[DataFrame, DataFrame, BatchSummary]:
         """The staged records (lazy, raw evidence and all: read again only for dead
-        letters), the MERGE source (cached), and the summary whose aggregation filled it."""
+        letters), the cached MERGE source, and the summary whose aggregation filled it."""
         decoded = self._decode(batch_df)
         staged = self._transform_and_uid(decoded, failed=())
         source = kept(self._merge_source(staged), cached)
         try:
-            return staged, *self._summarized(source)
+            return staged, source, summarize(source, self.pipeline)
         except Exception as error:  # only a record's data error is handled here
             if self.pipeline.transform is None or not transform.is_record_error(error):
                 raise
@@ -225,15 +249,7 @@ class BatchProcessor:
                     self.pipeline.name, len(failed))
         staged = self._transform_and_uid(decoded, failed)
         source = kept(self._merge_source(staged), cached)
-        return staged, *self._summarized(source)
-
-    def _summarized(self, source: DataFrame) -> tuple[DataFrame, BatchSummary]:
-        """The summary, and the MERGE source with KEEP marked from the duplicates it found
-        (read twice, the cache under the mark: the mark is a filter on literals)."""
-        summary = summarize(source, self.pipeline)
-        if KEEP in source.columns:
-            return source, summary
-        return duplicates.mark(source, summary.duplicates, self.pipeline), summary
+        return staged, source, summarize(source, self.pipeline)
 
     def _decode(self, batch_df: DataFrame) -> DataFrame:
         if self.pipeline.cdc is not None:  # change envelopes: the row, its op and sequence
@@ -244,9 +260,9 @@ class BatchProcessor:
         return staged_records(decoded, self.pipeline, failed)
 
     def _merge_source(self, staged: DataFrame) -> DataFrame:
-        """Every record with its uid, stage, payload and coordinates (not its raw bytes); KEEP
-        is marked after the summary (`narrow_dedup`), or here by the window."""
-        return slim(staged) if self.narrow_dedup else mark_kept(slim(staged), self.pipeline)
+        """Every record with its uid, stage, payload and coordinates (not its raw bytes),
+        KEEP marking the rows the MERGE takes."""
+        return mark_kept(slim(staged), self.pipeline)
 
     def _rows(self, session, source: DataFrame) -> DataFrame:
         """The MERGE's rows, their columns checked against the target's before anything of the
@@ -298,7 +314,7 @@ class BatchProcessor:
         def attempt() -> MergeResult:
             with ledger.txn_settings(session, position.txn), faults.during("during_merge", batch_id):
                 return merge_mode.merge(session, rows, self.pipeline, summary.bounds if self.bounded else {},
-                                        logs_deletes=summary.deletes > 0, probe_by_broadcast=self._broadcasts(summary))
+                                        logs_deletes=summary.deletes > 0)
 
         merged = retry_conflicts(attempt, f"{self.pipeline.name} batch {batch_id}: MERGE into "
                                           f"{self.pipeline.target.location}")
@@ -307,18 +323,18 @@ class BatchProcessor:
         return merged
 
 
-    def _broadcasts(self, summary: BatchSummary) -> bool:
-        """A large batch whose source no window partitioned by `_uid` probes the target by broadcast."""
-        return self.narrow_dedup and not summary.duplicates.too_many and summary.read >= BROADCAST_FROM
-
-
 def slim(staged: DataFrame) -> DataFrame:
     """The staged records without the raw key, value and headers, which only a dead
     letter needs (and reads again from the batch)."""
     payload = [F.col(f"`{c}`") for c in staged.columns if c not in (RAW, UID, STAGE, REASON)]
-    kept = _COORDINATES + ((UNKNOWN_FIELDS,) if carries_unknown(staged) else ())
+    kept = _COORDINATES + ((UNKNOWN_FIELDS,) if _carries_unknown(staged) else ())
     return staged.select(UID, STAGE, *payload,
                          F.struct(*[F.col(f"{RAW}.{c}").alias(c) for c in kept]).alias(RAW))
+
+
+def _carries_unknown(frame: DataFrame) -> bool:
+    """RAW carries the unknown fields' names (`source.unknown_fields: warn`)."""
+    return UNKNOWN_FIELDS in frame.select(f"{RAW}.*").columns
 
 
 def mark_kept(records: DataFrame, pipeline: Pipeline) -> DataFrame:
@@ -329,6 +345,85 @@ def mark_kept(records: DataFrame, pipeline: Pipeline) -> DataFrame:
             and not pipeline.deletes_by_tombstone):
         return mark_one_per_uid(records, "upsert", pipeline.target.order_by)
     return mark_one_per_uid(records, "insert_only", None)
+
+
+def summarize(source: DataFrame, pipeline: Pipeline) -> BatchSummary:
+    """Counts per stage, offsets, unique uids and MERGE bounds, in one aggregation per
+    Kafka partition over the MERGE source (KEEP marking the merged rows; a staged frame
+    without KEEP is marked here as the processor marks it)."""
+    if KEEP not in source.columns:
+        source = mark_kept(source, pipeline)
+    kept = F.col(KEEP)
+    aggregates = [F.count(F.lit(1)).alias("read"),
+                  F.min(f"{RAW}.offset").alias("first"), F.max(f"{RAW}.offset").alias("last"),
+                  F.sum(kept.cast("long")).alias("unique"),
+                  F.min(F.when(kept, F.col(UID))).alias("uid_min"),
+                  F.max(F.when(kept, F.col(UID))).alias("uid_max")]
+    aggregates += [F.sum(F.when(F.col(STAGE) == s, 1).otherwise(0)).alias(s) for s in STAGES]
+    if pipeline.keeps_delete_log:
+        deleting = F.col(TOMBSTONE) if pipeline.deletes_by_tombstone else F.col(OP) == DELETE
+        aggregates.append(F.sum(F.when(F.col(STAGE).isNull() & deleting, 1).otherwise(0)).alias("deletes"))
+    counts_unknown = _carries_unknown(source)
+    if counts_unknown:
+        unknown = F.col(f"{RAW}.{UNKNOWN_FIELDS}")
+        aggregates += [F.count(unknown).alias("unknown_fields"),
+                       F.first(unknown, ignorenulls=True).alias("unknown_example")]
+    horizon = pipeline.target.dedup_horizon
+    if horizon:
+        # Epoch microseconds, never local text: a wall clock in a daylight-saving
+        # fall-back hour names two instants, and parsing it back picks the first.
+        # Every good record counts, not only the kept ones: the MERGE of changes
+        # takes other rows of a uid than KEEP marks.
+        good = F.col(STAGE).isNull()
+        micros, within = F.unix_micros(F.col(f"`{horizon.column}`")), horizon.within_seconds * 1_000_000
+        aggregates += [
+            (F.min(F.when(good, micros)) - within).alias("lo"),
+            (F.max(F.when(good, micros)) + within).alias("hi"),
+            F.sum(F.when(good & micros.isNull(), 1).otherwise(0)).alias("null_horizon"),
+        ]
+    per_partition = source.groupBy(F.col(f"{RAW}.topic").alias("topic"),
+                                   F.col(f"{RAW}.partition").alias("partition")).agg(*aggregates).collect()
+    return _summary(per_partition, horizon is not None, pipeline.keeps_delete_log, counts_unknown)
+
+
+def _summary(rows, with_horizon: bool, with_deletes: bool = False, counts_unknown: bool = False) -> BatchSummary:
+    start: dict = {}
+    end: dict = {}
+    by_stage = {s: 0 for s in STAGES}
+    for row in rows:
+        start.setdefault(row.topic, {})[row.partition] = row.first
+        end.setdefault(row.topic, {})[row.partition] = row.last + 1
+        for s in STAGES:
+            by_stage[s] += row[s]
+    return BatchSummary(read=sum(r.read for r in rows), unique=sum(r.unique for r in rows),
+                        by_stage=by_stage, start_offsets=start, end_offsets=end,
+                        bounds=_bounds(rows, with_horizon),
+                        deletes=sum(r.deletes for r in rows) if with_deletes else 0,
+                        unknown_fields=sum(r.unknown_fields for r in rows) if counts_unknown else 0,
+                        unknown_example=next((r.unknown_example for r in rows if r.unknown_example), None)
+                        if counts_unknown else None)
+
+
+def _bounds(rows, with_horizon: bool) -> dict[str, str]:
+    bounds = {}
+    uids_min = [r.uid_min for r in rows if r.uid_min is not None]
+    if uids_min:
+        bounds["uid_min"] = min(uids_min)
+        bounds["uid_max"] = max(r.uid_max for r in rows if r.uid_max is not None)
+    # A record without the horizon column could match a target row anywhere: no bound then.
+    if with_horizon and not any(r.null_horizon for r in rows):
+        lows = [r.lo for r in rows if r.lo is not None]
+        if lows:
+            bounds["horizon_lo"] = utc_literal(min(lows))
+            bounds["horizon_hi"] = utc_literal(max(r.hi for r in rows if r.hi is not None))
+    return bounds
+
+
+def utc_literal(micros: int) -> str:
+    """An instant as text Spark's TIMESTAMP literal reads back exactly, whatever the
+    session time zone: UTC with an explicit `Z`."""
+    instant = _EPOCH + timedelta(microseconds=micros)
+    return instant.strftime("%Y-%m-%d %H:%M:%S.%f") + "Z"
 
 
 def decode_records(raw: DataFrame, pipeline: Pipeline, schema) -> DataFrame:

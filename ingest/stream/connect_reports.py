@@ -18,8 +18,7 @@ from typing import Any
 
 from ingest.batch.commit import ledger
 from ingest.batch.merge.target import MergeResult
-from ingest.batch.processor import BatchReport
-from ingest.batch.summary import STAGES, BatchSummary
+from ingest.batch.processor import STAGES, BatchReport, BatchSummary
 from ingest.kafka.checkpoint import planned_end, read_state
 from ingest.kafka.offsets import from_json
 from ingest.platform.delta import at_location, table_exists

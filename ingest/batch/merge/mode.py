@@ -52,16 +52,15 @@ def create_tables(session, pipeline: Pipeline, rows: DataFrame) -> None:
 
 
 def merge(session, rows: DataFrame, pipeline: Pipeline, bounds: dict[str, str],
-          logs_deletes: bool = True, probe_by_broadcast: bool = False) -> MergeResult:
-    """`logs_deletes`: false when the batch holds no delete, so a delete log has nothing to take;
-    `probe_by_broadcast`: `upsert.merge_batch`'s."""
+          logs_deletes: bool = True) -> MergeResult:
+    """`logs_deletes`: false when the batch holds no delete, so a delete log has nothing to take."""
     if pipeline.target.history:
         return history.merge_versions(session, rows, pipeline, bounds)
     if applies_changes(pipeline):
         return changes.merge_changes(session, rows, pipeline, bounds, logs_deletes)
     if pipeline.deletes_by_tombstone:
         return tombstones.merge_tombstones(session, rows, pipeline, bounds, logs_deletes)
-    return merge_batch(session, rows, pipeline, bounds, probe_by_broadcast)
+    return merge_batch(session, rows, pipeline, bounds)
 
 
 def merge_text(pipeline: Pipeline, condition: str) -> list[str]:

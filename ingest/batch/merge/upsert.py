@@ -43,12 +43,8 @@ def changing_rows(rows: DataFrame, existing: DataFrame, on: str, update: str) ->
     return rows.join(unchanged, UID, "left_anti")
 
 
-def merge_batch(session, rows: DataFrame, pipeline: Pipeline, bounds: dict[str, str],
-                probe_by_broadcast: bool = False) -> MergeResult:
-    """One MERGE, one commit. The caller sets the txn id on `session` around it.
-    `probe_by_broadcast`: the insert-only anti-join may broadcast the target's pruned files
-    (when Spark's threshold takes them), for a large batch whose rows are not partitioned
-    by `_uid` (`batch.duplicates`): the batch then moves through no exchange at all."""
+def merge_batch(session, rows: DataFrame, pipeline: Pipeline, bounds: dict[str, str]) -> MergeResult:
+    """One MERGE, one commit. The caller sets the txn id on `session` around it."""
     target = pipeline.target
     table = delta_table(session, target)
     condition = merge_condition(pipeline, bounds)
@@ -58,7 +54,7 @@ def merge_batch(session, rows: DataFrame, pipeline: Pipeline, bounds: dict[str, 
         rows = changing_rows(rows, table.toDF(), condition, upsert_condition(pipeline, payload))
         whens.insert(0, When(True, "update *", upsert_condition(pipeline, payload)))
     builder = table.alias("t").merge(rows.alias("s"), condition).withSchemaEvolution()
-    with no_broadcast(session) if target.mode == "insert_only" and not probe_by_broadcast else nullcontext():
+    with no_broadcast(session) if target.mode == "insert_only" else nullcontext():
         return executed(apply(builder, whens))
 
 

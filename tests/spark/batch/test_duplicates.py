@@ -1,16 +1,16 @@
-"""The batch's one row per uid, found on narrow columns (`batch.duplicates`, issue 53): the same
-rule as the window (`uid.mark_one_per_uid`), across and within partitions, ties in `order_by`
-and in the Kafka timestamp, failed records beside good ones, and the counts the ledger keeps."""
+"""The batch's one row per uid (`processor.mark_kept`, `uid.mark_one_per_uid`), the rule every
+change to the dedup must keep (issue 53): insert_only the first Kafka position, upsert the latest
+`order_by`, then the later Kafka timestamp, then the later position; across and within
+partitions and topics, ties in each, a null timestamp, failed records beside good ones, and the
+counts and bounds the summary gives the ledger and the MERGE."""
 
 from datetime import datetime, timezone
 
 import pytest
 from pyspark.sql import functions as F
 
-from ingest.batch import duplicates
-from ingest.batch.processor import mark_kept
+from ingest.batch.processor import mark_kept, summarize
 from ingest.batch.staged import KEEP, RAW, REASON, STAGE
-from ingest.batch.summary import summarize
 from ingest.batch.uid import with_uid
 from ingest.spec.model import DeadLetter, KafkaSource, Pipeline, Source, Target, Uid
 
@@ -69,29 +69,11 @@ def kept_names(frame) -> dict:
 
 
 @pytest.mark.parametrize("mode, expected", [("insert_only", INSERT_ONLY_KEPT), ("upsert", UPSERT_KEPT)])
-def test_the_narrow_mark_keeps_what_the_rule_says(spark, mode, expected):
+def test_one_row_per_uid_is_the_one_the_rule_names(spark, mode, expected):
     pipeline, frame = pipeline_for(mode), staged(spark, mode)
+    assert kept_names(mark_kept(frame, pipeline)) == expected
     summary = summarize(frame, pipeline)
-    marked = duplicates.mark(frame, summary.duplicates, pipeline)
-    assert kept_names(marked) == expected
-    assert kept_names(mark_kept(frame, pipeline)) == expected  # the window, the rule as it was
-    good = frame.where(F.col(STAGE).isNull()).count()
     assert summary.unique == len(expected)
-    assert summary.duplicates.losers == good - len(expected)
-    assert set(summary.duplicates.uids) == {"c1", "c2", "c3", "c4"} | ({"c6"} if mode == "insert_only" else set())
     assert summary.bounds == {"uid_min": "c1", "uid_max": "c6"}
-
-
-def test_too_many_duplicates_fall_back_to_the_window(spark, monkeypatch):
-    pipeline, frame = pipeline_for("upsert"), staged(spark, "upsert")
-    monkeypatch.setattr(duplicates, "MAX_LITERAL_UIDS", 2)
-    summary = summarize(frame, pipeline)
-    assert summary.duplicates.too_many
-    assert kept_names(duplicates.mark(frame, summary.duplicates, pipeline)) == UPSERT_KEPT
-
-
-def test_a_batch_without_duplicates_marks_every_good_record(spark):
-    pipeline, frame = pipeline_for("insert_only"), staged(spark, "insert_only").where(F.col("customer") == "c5")
-    summary = summarize(frame, pipeline)
-    assert summary.duplicates == duplicates.NONE
-    assert kept_names(duplicates.mark(frame, summary.duplicates, pipeline)) == {"c5": "c5 alone"}
+    failed = {"insert_only": 1, "upsert": 2}[mode]  # no uid; upsert also the null version
+    assert summary.by_stage["uid"] == failed and summary.read == len(ROWS)
