@@ -135,6 +135,19 @@ def phase_figures(samples: list[Sample], batches: list[Batch], start: float, end
     }
 
 
+JVM_FIGURES = ("heap_committed_mb", "heap_used_mb", "metaspace_used_mb", "nmt_Code", "nmt_GC", "nmt_Thread",
+               "nmt_Other", "threads")
+
+
+def jvm_figures(reports: list[dict], start: float, end: float) -> dict:
+    """Where the JVM's memory goes, per third: the heap (committed, used), Metaspace, code, the
+    collector, threads and their stacks, direct buffers (NMT's Other), and all beside the heap."""
+    beside = [{"at": r["at"], "beside_heap_mb": r["nmt_Total"] - r["nmt_Java Heap"]}
+              for r in reports if "nmt_Total" in r and "nmt_Java Heap" in r]
+    return {name: _rounded(thirds([(r["at"], r[name]) for r in series if name in r], start, end))
+            for series, names in ((reports, JVM_FIGURES), (beside, ("beside_heap_mb",))) for name in names}
+
+
 def _rounded(values: list[float | None], digits: int = 0) -> list[float | None]:
     return [None if v is None else round(v, digits) for v in values]
 
@@ -161,6 +174,12 @@ def render(result: dict) -> str:
     lines.append(f"  steady: {steady['batches']} batches, RSS MB by third {steady['rss_mb_thirds']} "
                  f"(Python {steady['python_mb_thirds']}, JVM {steady['jvm_mb_thirds']}), "
                  f"max {steady['rss_mb_max']}")
+    if jvm := result.get("jvm_steady"):
+        lines.append("  JVM MB by third: " + ", ".join(f"{name.removeprefix('nmt_')} {values}"
+                                                       for name, values in jvm.items() if any(values)))
+    live_heap = result.get("live_heap_at_steady_end")
+    if isinstance(live_heap, dict) and (live := live_heap.get("total_mb")):
+        lines.append(f"  live heap at the steady phase's end (after a full collection): {live} MB")
     lines.append(f"  RSS last/middle third: {steady['rss_ratio']} (goal <= {RSS_GOAL}: "
                  f"{'yes' if steady['rss_ok'] else 'NO'})")
     lines.append(f"  batch s by third {steady['batch_s_thirds']}; last/middle: {steady['batch_ratio']} "

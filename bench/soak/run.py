@@ -119,6 +119,7 @@ class Soak:
         faults = analysis.phase_figures(self.samples, self.batches, steady_end, end)
         faults.update(kills=len(kills), broker_restarts=1, own_exits=fault_exits)
         steady["own_exits"] = steady_exits
+        jvm_steady = analysis.jvm_figures(self.jvm, 0.0, steady_end)
         return {
             "config": {"minutes": minutes, "rate": self.args.rate, "trigger": self.args.trigger,
                        "fault_share": self.args.fault_share, "kill_every_s": self.args.kill_every,
@@ -130,7 +131,8 @@ class Soak:
             "files": folders.files_left(self.work / "tables" / "soak", self.work / "checkpoints" / "soak"),
             "exact": exact, "verify_exit": verify.returncode, "drain_exit": drained,
             "producer_failures": self.producer.failed[:10],
-            "jvm_flags": self.jvm_flags, "jvm": self.jvm, "live_heap_at_steady_end": live, "events": self.events,
+            "jvm_steady": jvm_steady, "jvm_flags": self.jvm_flags,
+            "jvm": self.jvm, "live_heap_at_steady_end": live, "events": self.events,
             "samples": [asdict(s) for s in self.samples], "batches": [asdict(b) for b in self.batches],
         }
 
@@ -165,6 +167,8 @@ def options(argv: list[str] | None = None):
     parser.add_argument("--jvm-every", type=float, default=60, help="seconds between jcmd reports (default 60)")
     parser.add_argument("--no-native-memory", action="store_true",
                         help="without the JVM's native memory tracking (its categories are then not reported)")
+    parser.add_argument("--report", type=Path, default=None, metavar="SOAK_JSON",
+                        help="run nothing: print the figures of a soak's JSON again, with the JVM's by third")
     parser.add_argument("--results", type=Path, default=None,
                         help="also write the JSON here (e.g. bench/results/soak.json)")
     return parser.parse_args(argv)
@@ -172,6 +176,12 @@ def options(argv: list[str] | None = None):
 
 def main(argv: list[str] | None = None) -> int:
     args = options(argv)
+    if args.report is not None:
+        result = json.loads(args.report.read_text())
+        steady_end = result["config"]["minutes"] * 60 * (1 - result["config"]["fault_share"])
+        result["jvm_steady"] = analysis.jvm_figures(result["jvm"], 0.0, steady_end)
+        print(analysis.render(result))
+        return 0
     work = REPO / ".ingest" / "soak" / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     work.mkdir(parents=True)
     soak = Soak(args, work)

@@ -7,6 +7,7 @@ from bench.soak.analysis import (
     Batch,
     Sample,
     exact_figures,
+    jvm_figures,
     parse_batch_line,
     parse_heap_info,
     parse_histogram,
@@ -168,3 +169,13 @@ def test_exact_only_when_every_acknowledged_uid_landed_once_and_nothing_else():
     assert (twice["exact"], twice["duplicated"], twice["rows"]) == (False, 1, 3)
     extra = exact_figures({"a"}, ["a", "z"])
     assert (extra["exact"], extra["extra"]) == (False, 1)
+
+
+def test_the_jvm_by_third_shows_a_heap_that_grows_beside_a_flat_rest():
+    reports = [{"at": at, "heap_committed_mb": 400 + 10 * at, "heap_used_mb": 200.0, "nmt_Total": 1000 + 10 * at,
+                "nmt_Java Heap": 400 + 10 * at, "threads": 280} for at in range(0, 91, 15)]
+    figures = jvm_figures(reports, 0, 90)
+    assert figures["heap_committed_mb"] == [475, 775, 1150]  # medians of 400/550, 700/850, 1000/1150/1300
+    assert figures["beside_heap_mb"] == [600, 600, 600]
+    assert figures["threads"] == [280, 280, 280]
+    assert figures["metaspace_used_mb"] == [None, None, None]  # not reported
