@@ -21,7 +21,7 @@ from pathlib import Path
 from bench import REPO
 from bench.soak import analysis, folders, memory
 from bench.soak.analysis import Batch, Sample
-from bench.soak.workload import PARTITIONS, RunProcess, SteadyProducer, write_pipeline
+from bench.soak.workload import PARTITIONS, RunProcess, SteadyProducer, conf_with_heap, write_pipeline
 
 RESTART_DELAY_S = 5.0  # what a scheduler waits before starting a failed run again
 
@@ -44,6 +44,7 @@ class Soak:
         self.pipeline_file = write_pipeline(work, topic, args.trigger, args.optimize_every)
         self.producer = SteadyProducer(self.broker.bootstrap, topic, args.rate)
         self.run: RunProcess | None = None
+        self.env = conf_with_heap(work, args.driver_memory) if args.driver_memory else {}
 
     def clock(self) -> float:
         return time.monotonic() - self.began
@@ -54,7 +55,7 @@ class Soak:
 
     def start_run(self, once: bool = False) -> RunProcess:
         return RunProcess(self.pipeline_file, self.broker.bootstrap, self.work / "run.log", self.batches.append,
-                          self.clock, once=once, native_memory=not self.args.no_native_memory)
+                          self.clock, once=once, native_memory=not self.args.no_native_memory, extra_env=self.env)
 
     def watch(self, until: float, kill_at: list[float], broker_restart_at: float | None) -> int:
         """Sample until `until`, killing the run at each of `kill_at` and restarting the broker
@@ -110,7 +111,7 @@ class Soak:
         drained = self.start_run(once=True).wait(900)
         self.event("tail drained with --once", code=drained)
         verify = subprocess.run([sys.executable, "-m", "ingest", "verify", str(self.pipeline_file)], cwd=REPO,
-                                env={**os.environ, "KAFKA_BOOTSTRAP": self.broker.bootstrap},
+                                env={**os.environ, "KAFKA_BOOTSTRAP": self.broker.bootstrap, **self.env},
                                 capture_output=True, text=True)
         (self.work / "verify.txt").write_text(verify.stdout + verify.stderr)
         self.event("ingest verify", code=verify.returncode)
@@ -123,7 +124,8 @@ class Soak:
         return {
             "config": {"minutes": minutes, "rate": self.args.rate, "trigger": self.args.trigger,
                        "fault_share": self.args.fault_share, "kill_every_s": self.args.kill_every,
-                       "optimize_every": self.args.optimize_every, "sample_every_s": self.args.sample_every},
+                       "optimize_every": self.args.optimize_every, "sample_every_s": self.args.sample_every,
+                       "driver_memory": self.args.driver_memory or "the default (2g)"},
             "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
             "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "load_average": round(sum(self.loads) / len(self.loads), 1) if self.loads else None,
@@ -162,6 +164,8 @@ def options(argv: list[str] | None = None):
                         help="the share of the soak with faults, at its end (default a third)")
     parser.add_argument("--kill-every", type=int, default=180, help="seconds between SIGKILLs (default 180)")
     parser.add_argument("--broker-down-s", type=float, default=10, help="how long the broker is away (default 10)")
+    parser.add_argument("--driver-memory", default=None, metavar="SIZE",
+                        help="the run's JVM heap, as session.driver_memory (default: ingest's, 2g)")
     parser.add_argument("--optimize-every", type=int, default=50, help="maintenance.optimize_every (batches)")
     parser.add_argument("--sample-every", type=float, default=10, help="seconds between RSS samples (default 10)")
     parser.add_argument("--jvm-every", type=float, default=60, help="seconds between jcmd reports (default 60)")

@@ -50,6 +50,15 @@ def write_pipeline(folder: Path, topic: str, trigger: str, optimize_every: int) 
     return path
 
 
+def conf_with_heap(folder: Path, driver_memory: str) -> dict[str, str]:
+    """The environment that gives the run's JVM `driver_memory` of heap: a conf folder whose
+    local.yaml says so (docs/configuration.md), as an operator's conf/<env>.yaml would."""
+    conf = folder / "conf"
+    conf.mkdir(exist_ok=True)
+    (conf / "local.yaml").write_text(yaml.safe_dump({"session": {"driver_memory": driver_memory}}))
+    return {"INGEST_CONF_DIR": str(conf)}
+
+
 class SteadyProducer:
     """`rate` records a second from a thread of its own, idempotent and acks=all; keeps the uid of
     every record the broker acknowledged. Its retries outlast a broker restart."""
@@ -114,8 +123,9 @@ class RunProcess:
     `on_batch` as it is read."""
 
     def __init__(self, pipeline_file: Path, bootstrap: str, log: Path, on_batch: Callable[[Batch], None],
-                 clock: Callable[[], float], *, once: bool = False, native_memory: bool = True):
-        env = {**os.environ, "KAFKA_BOOTSTRAP": bootstrap, "PYTHONUNBUFFERED": "1"}
+                 clock: Callable[[], float], *, once: bool = False, native_memory: bool = True,
+                 extra_env: dict[str, str] | None = None):
+        env = {**os.environ, "KAFKA_BOOTSTRAP": bootstrap, "PYTHONUNBUFFERED": "1", **(extra_env or {})}
         if native_memory:
             env["JDK_JAVA_OPTIONS"] = memory.NATIVE_MEMORY_TRACKING
         command = [sys.executable, "-m", "ingest", "run", str(pipeline_file), *(["--once"] if once else [])]
