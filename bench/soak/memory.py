@@ -9,7 +9,7 @@ import subprocess
 
 import psutil
 
-from bench.soak.analysis import Sample, parse_heap_info, parse_histogram, parse_native_memory
+from bench.soak.analysis import Resident, Sample, parse_heap_info, parse_histogram, parse_native_memory, run_sample
 
 # The JVM's native memory tracking, for every java the run starts (the JVM reads this
 # variable itself, so no Spark setting of ingest's is replaced); its summary costs little
@@ -36,22 +36,13 @@ def jvm_of(pid: int) -> int | None:
 
 def sample(pid: int, at: float) -> Sample | None:
     """The run's resident memory now, Python's and the JVM's apart; None once it is gone."""
-    python = jvm = other = 0
+    processes = []
     for process in tree(pid):
         try:
-            rss = process.memory_info().rss
-            name = process.name()
+            processes.append(Resident(process.pid, process.ppid(), process.name(), process.memory_info().rss / 2**20))
         except psutil.Error:
             continue
-        if process.pid == pid:
-            python += rss
-        elif name == "java":
-            jvm += rss
-        else:
-            other += rss
-    if not python:
-        return None
-    return Sample(at, (python + jvm + other) / 2**20, python / 2**20, jvm / 2**20)
+    return run_sample(processes, pid, at)
 
 
 def jcmd(pid: int, *command: str, timeout: float = 60) -> str:

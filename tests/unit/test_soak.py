@@ -5,6 +5,7 @@ import pytest
 
 from bench.soak.analysis import (
     Batch,
+    Resident,
     Sample,
     exact_figures,
     jvm_figures,
@@ -13,6 +14,7 @@ from bench.soak.analysis import (
     parse_histogram,
     parse_native_memory,
     phase_figures,
+    run_sample,
     thirds,
 )
 from ingest.batch.merge.target import MergeResult
@@ -179,3 +181,13 @@ def test_the_jvm_by_third_shows_a_heap_that_grows_beside_a_flat_rest():
     assert figures["beside_heap_mb"] == [600, 600, 600]
     assert figures["threads"] == [280, 280, 280]
     assert figures["metaspace_used_mb"] == [None, None, None]  # not reported
+
+
+def test_a_process_the_jvm_spawns_is_not_a_second_jvm():
+    """What a 1g soak sampled once: 2,985 MB, a child of the JVM reading as the JVM's 1,414 MB again."""
+    python, jvm, spawned = Resident(10, 1, "python3.11", 158), Resident(11, 10, "java", 1414), \
+        Resident(12, 11, "java", 1414)
+    assert run_sample([python, jvm, spawned], root=10, at=5.0) == Sample(5.0, 1572, 158, 1414)
+    helper = Resident(13, 10, "bash", 4)  # started by Python itself: its own memory
+    assert run_sample([python, jvm, helper], root=10, at=5.0) == Sample(5.0, 1576, 158, 1414)
+    assert run_sample([jvm], root=10, at=5.0) is None  # the run is gone
