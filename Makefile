@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup jars test test-connect check test-unit lint demo notebooks bench clean
+.PHONY: setup jars test test-connect check test-unit lint demo notebooks bench soak clean
 
 setup: $(STAMP) jars
 
@@ -57,6 +57,16 @@ notebooks: setup
 bench: setup
 	$(BIN)/pip install -q -c requirements.lock -e '.[bench]'
 	bench/run --quick
+
+# Not in `make test`: one continuous `ingest run` at 300 records/s for SOAK_MINUTES (its first two
+# thirds with no fault, its last third with a SIGKILL every 3 minutes and a broker restart), then
+# `ingest verify` and an exact count; memory and batch time of the last third of the steady phase
+# against its middle third. Figures in .ingest/soak/<time>/soak.json (docs/production.md).
+# An hour: make soak SOAK_MINUTES=60
+SOAK_MINUTES ?= 30
+soak: setup
+	$(BIN)/pip install -q -c requirements.lock -e '.[bench]'
+	$(BIN)/python -m bench.soak.run --minutes $(SOAK_MINUTES)
 
 clean:
 	rm -rf $(VENV) .ingest .pytest_cache
