@@ -49,7 +49,8 @@ demo: setup
 	$(BIN)/python -m ingest demo
 
 # The notebooks re-run in place on a fresh demo's tables (the notebook test's own set-up),
-# to be committed with their outputs.
+# to be committed with their outputs, cleaned of the run's folders and times
+# (tests/notebook_outputs.py).
 notebooks: setup
 	INGEST_WRITE_NOTEBOOKS=1 $(BIN)/python -m pytest tests/integration/test_notebooks.py \
 		-k runs_top_to_bottom --basetemp /tmp/ingest-notebooks -q

@@ -2,9 +2,15 @@
 
     from ingest.notebook import spark_session, pipeline_tables, commits, show, plot_batches
     spark = spark_session()                                  # Databricks: the notebook's own `spark`
-    tables = pipeline_tables("pipelines/orders.yaml")        # any pipeline file (demo_tables(): the demo's)
-    show(commits(spark, tables.target))                      # display() on Databricks
+    tables = pipeline_tables("pipelines/orders.yaml")        # any pipeline file, from the project folder
+    show(commits(spark, tables.target))                      # an HTML table; display() on Databricks
     plot_batches(spark, tables.target)                       # records per batch over time
+
+A relative pipeline path is read from the project folder, whatever the notebook's
+working folder: the nearest folder from there upwards that holds the file, else the
+checkout `ingest` is installed from (`pip install -e .[notebook]`). Its relative
+locations (conf/local.yaml's `DATA_ROOT: ./.ingest/data`) are under that folder too,
+as `ingest run` started there sees them.
 
 Everything returns Spark DataFrames, plain values or matplotlib figures, so a
 notebook can keep going with Spark SQL. Reading only: nothing here writes.
@@ -13,8 +19,11 @@ notebook can keep going with Spark SQL. Reading only: nothing here writes.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from ingest.platform.delta import is_path
 
@@ -33,29 +42,98 @@ def spark_session(app_name: str = "ingest-notebook"):
     from ingest.platform.session import get_session
 
     master = os.environ.get("INGEST_SPARK_MASTER", "local[2]")
-    return get_session(app_name, conf=NOTEBOOK_SPARK_CONF, master=master)
+    with _pandas_quiet():
+        return get_session(app_name, conf=NOTEBOOK_SPARK_CONF, master=master)
+
+
+@contextmanager
+def _pandas_quiet():
+    """pyspark 4.2 warns on every toPandas() that it does not fully support pandas 3 (what
+    the lock has); a notebook shows a few rows through it, where the warning is noise."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "PySpark does not yet fully support pandas", FutureWarning)
+        yield
 
 
 @dataclass(frozen=True)
 class DemoTables:
-    """Where `ingest demo` (pipelines/orders.yaml) keeps its tables."""
+    """Where a pipeline (`ingest demo`'s: pipelines/orders.yaml) keeps its tables; from
+    `pipeline_tables`, also the file it was read from, its project folder and the
+    pipeline itself (`spec`, with the locations as they are read)."""
 
     root: str
     target: str
     dead_letter: str
     checkpoint: str
     pipeline: str = "orders"
+    file: str = ""
+    project: str = ""
+    spec: Any = None
 
 
 def pipeline_tables(path: str | os.PathLike, env: str = "local",
                     conf_dir: str | os.PathLike | None = None) -> DemoTables:
-    """Where the pipeline in `path` keeps its tables (`${VAR}`s from the environment,
-    then `conf/<env>.yaml`; `conf_dir` when the notebook runs elsewhere)."""
+    """Where the pipeline in `path` keeps its tables: `${VAR}`s from the environment, then
+    the project's `conf/<env>.yaml` (or `conf_dir`'s); a relative `path`, and relative
+    locations in the file, from the project folder (the module's docstring)."""
     from ingest.spec.loader import load_file
 
-    pipeline = load_file(Path(path), env, conf_dir=None if conf_dir is None else Path(conf_dir)).pipeline
+    file = find_pipeline_file(path)
+    project = _project_of(file)
+    if conf_dir is None and (project / "conf").is_dir():
+        conf_dir = project / "conf"
+    pipeline = load_file(file, env, conf_dir=None if conf_dir is None else Path(conf_dir)).pipeline
+    pipeline = replace(
+        pipeline, checkpoint=_under(project, pipeline.checkpoint),
+        target=replace(pipeline.target, path=_under(project, pipeline.target.path)),
+        dead_letter=replace(pipeline.dead_letter, path=_under(project, pipeline.dead_letter.path)))
     return DemoTables(os.environ.get(ROOT_VARIABLE, ""), pipeline.target.location,
-                      pipeline.dead_letter.location, pipeline.checkpoint, pipeline.name)
+                      pipeline.dead_letter.location, pipeline.checkpoint, pipeline.name,
+                      str(file), str(project), pipeline)
+
+
+def find_pipeline_file(path: str | os.PathLike, start: Path | None = None) -> Path:
+    """`path` itself when absolute; else the first of `start` (the working folder) and the
+    folders above it that holds it, then the checkout this package runs from. A notebook's
+    working folder is its own (notebooks/), a job's anything: neither changes the answer."""
+    given = Path(path).expanduser()
+    if given.is_absolute():
+        return given
+    here = (start or Path.cwd()).resolve()
+    candidates = [here, *here.parents]
+    checkout = Path(__file__).resolve().parents[1]
+    if (checkout / "pyproject.toml").is_file():  # an editable install: the clone itself
+        candidates.append(checkout)
+    for folder in candidates:
+        if (folder / given).is_file():
+            return folder / given
+    raise FileNotFoundError(f"pipeline file {str(given)!r} not found in {here} or a folder above it"
+                            + (f", nor in {checkout}" if candidates[-1] == checkout else "")
+                            + "; expected a path from the project folder, or an absolute one")
+
+
+def _project_of(file: Path) -> Path:
+    """The nearest folder above the pipeline file with a conf/ folder (pipelines/x.yaml's
+    project), else the file's own folder."""
+    for folder in file.resolve().parents:
+        if (folder / "conf").is_dir():
+            return folder
+    return file.resolve().parent
+
+
+def _under(project: Path, location: str | None) -> str | None:
+    """A relative local path under the project folder; URIs, absolute paths and None as they are."""
+    if not location or ":" in location.split("/")[0] or Path(location).is_absolute():
+        return location
+    return os.path.normpath(project / location)
+
+
+def status(spark, tables: DemoTables):
+    """`ingest.status` of the pipeline `pipeline_tables` read (its locations under the
+    project folder): offsets, lag per partition, or `kafka_error` when the broker is away."""
+    from ingest.audit.status import status as read_status
+
+    return read_status(spark, tables.spec)
 
 
 def demo_tables(root: str | os.PathLike | None = None) -> DemoTables:
@@ -180,17 +258,45 @@ def _batch_row(commit, reached: dict) -> tuple:
 
 def show(value, rows: int = 20) -> None:
     """A DataFrame or figure shown the notebook's way: Databricks' `display()` there,
-    else the first `rows` rows as text (no pandas needed) or the figure itself."""
+    else a Spark DataFrame's first `rows` rows as an HTML table (through pandas, every
+    value whole: a dead letter's raw text is not cut; nulls as `null`), or the figure itself."""
     display = _databricks_display()
     if display is not None:
         display(value)
         return
-    if hasattr(value, "show") and hasattr(value, "schema"):  # a Spark DataFrame
-        value.show(rows, truncate=False)
-        return
+    from IPython.display import HTML
     from IPython.display import display as ipython_display
 
+    if hasattr(value, "toPandas") and hasattr(value, "schema"):  # a Spark DataFrame
+        with _pandas_quiet():
+            head = _readable_text(value).limit(rows + 1).toPandas()
+        _whole_numbers(head, value.schema)
+        more = f"<p>the first {rows} rows; <code>show(df, rows=N)</code> for more</p>" if len(head) > rows else ""
+        ipython_display(HTML(head.head(rows).to_html(index=False, na_rep="null") + more))
+        return
     ipython_display(value)
+
+
+def _whole_numbers(head, schema) -> None:
+    """Integer columns with a null shown as integers (pandas made them floats: 150.0), for display."""
+    import pandas as pd
+    from pyspark.sql.types import IntegralType
+
+    for field in schema.fields:
+        if isinstance(field.dataType, IntegralType) and head[field.name].isna().any():
+            head[field.name] = pd.Series(["null" if pd.isna(value) else int(value) for value in head[field.name]],
+                                         index=head.index, dtype=object)
+
+
+def _readable_text(frame):
+    """Top-level text columns as valid UTF-8 (bytes that are not, as \ufffd): a reason or a
+    value cast from a record's raw bytes may hold any bytes, which pandas cannot take."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType
+
+    return frame.select(*[F.make_valid_utf8(F.col(f"`{f.name}`")).alias(f.name)
+                          if isinstance(f.dataType, StringType) else F.col(f"`{f.name}`")
+                          for f in frame.schema.fields])
 
 
 def _databricks_display():
@@ -260,8 +366,29 @@ def plot_lag(report):
 
 def dead_letters_by_stage(spark, location: str):
     """Dead letters counted by stage and reason, most frequent first."""
+    from pyspark.sql import functions as F
+
     return (read_table(spark, location).groupBy("stage", "reason").count()
-            .orderBy("count", ascending=False))
+            .orderBy(F.desc("count"), "stage", "reason"))
+
+
+# what a reason names first: `field dest.zip: value ...`, `column orderdate: value ...`,
+# `missing required field 'page' ...`
+_FIELD_OF_REASON = r"^(?:field|column) ([^:]+):|^missing required field '([^']+)'"
+
+
+def dead_letters_by_field(spark, location: str):
+    """Dead letters counted by the field their reason names (`field`: null when the
+    reason names none: a record that is not JSON, a missing uid), with the reason of
+    one of them: what is wrong where, most frequent first."""
+    from pyspark.sql import functions as F
+
+    named = F.coalesce(F.nullif(F.regexp_extract("reason", _FIELD_OF_REASON, 1), F.lit("")),
+                       F.nullif(F.regexp_extract("reason", _FIELD_OF_REASON, 2), F.lit("")))
+    return (read_table(spark, location).withColumn("field", named)
+            .groupBy("stage", "field").agg(F.count(F.lit(1)).alias("count"),
+                                           F.min("reason").alias("reason, for one"))
+            .orderBy(F.desc("count"), "stage", "field"))
 
 
 def plot_dead_letters(spark, location: str):
