@@ -19,8 +19,6 @@ notebook can keep going with Spark SQL. Reading only: nothing here writes.
 from __future__ import annotations
 
 import os
-import warnings
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -42,17 +40,7 @@ def spark_session(app_name: str = "ingest-notebook"):
     from ingest.platform.session import get_session
 
     master = os.environ.get("INGEST_SPARK_MASTER", "local[2]")
-    with _pandas_quiet():
-        return get_session(app_name, conf=NOTEBOOK_SPARK_CONF, master=master)
-
-
-@contextmanager
-def _pandas_quiet():
-    """pyspark 4.2 warns on every toPandas() that it does not fully support pandas 3 (what
-    the lock has); a notebook shows a few rows through it, where the warning is noise."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "PySpark does not yet fully support pandas", FutureWarning)
-        yield
+    return get_session(app_name, conf=NOTEBOOK_SPARK_CONF, master=master)
 
 
 @dataclass(frozen=True)
@@ -268,8 +256,7 @@ def show(value, rows: int = 20) -> None:
     from IPython.display import display as ipython_display
 
     if hasattr(value, "toPandas") and hasattr(value, "schema"):  # a Spark DataFrame
-        with _pandas_quiet():
-            head = _readable_text(value).limit(rows + 1).toPandas()
+        head = _readable_text(value).limit(rows + 1).toPandas()
         _whole_numbers(head, value.schema)
         more = f"<p>the first {rows} rows; <code>show(df, rows=N)</code> for more</p>" if len(head) > rows else ""
         ipython_display(HTML(head.head(rows).to_html(index=False, na_rep="null") + more))
