@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import shutil
 import uuid
 from datetime import datetime
@@ -236,3 +237,20 @@ def test_a_new_table_whose_messages_carry_no_schema_stops_the_run_naming_the_top
     assert code != 0
     assert f"topic {topic}: its columns come from its messages" in said, said[-3000:]
     assert not (tmp_path / "tables").exists()
+
+
+def test_one_topic_into_one_table_without_a_schema(spark, kafka, tmp_path, monkeypatch, capsys):
+    """No `${topic}`: the single-table path derives the columns itself, batch by batch."""
+    monkeypatch.setenv("KAFKA_BOOTSTRAP", kafka.bootstrap)
+    topic = f"one{uuid.uuid4().hex[:6]}.dbo.customers"
+    create_topic(kafka.client_config(), topic)
+    send(kafka, topic, changes())
+    file = pipeline_file(tmp_path, "onedb", re.escape(topic), target={"path": str(tmp_path / "tables" / "one")},
+                         dead_letter={"path": str(tmp_path / "dead_letter" / "one")})
+    code, said = ingest_run(file, capsys)
+    assert code == 0, said[-3000:]
+    send(kafka, topic, [(b'{"id":4}', event("c", person(4, "dee", tier="gold"), None, 60, schema_with(TIER)))])
+    code, said = ingest_run(file, capsys)
+    assert code == 0, said[-3000:]
+    assert live(spark, str(tmp_path / "tables" / "one"), "id, first_name, tier") == [
+        (1, "ann2", None), (3, "cy", None), (4, "dee", "gold")]
