@@ -215,12 +215,15 @@ class BatchProcessor:
         """pipeline-spec.md's steps, each once; the exactly-once argument is `position`'s."""
         started = time.monotonic()
         session = batch_df.sparkSession
-        if self._from_messages is not None:
-            self.schema = self._from_messages.row(session, batch_df, envelopes)
-            if self.schema is None:  # no record, no table: nothing to make the table of yet
-                log.info("%s batch %d: no record and no table yet; nothing to write", self.pipeline.name, batch_id)
-                return
         with ExitStack() as cached:  # whatever a step persists is released when the batch ends
+            if self._from_messages is not None:
+                if envelopes is None:  # listed here, then decoded: Kafka read once for both
+                    batch_df = kept(batch_df, cached)
+                self.schema = self._from_messages.row(session, batch_df, envelopes)
+                if self.schema is None:  # no record, no table: nothing to make the table of yet
+                    log.info("%s batch %d: no record and no table yet; nothing to write", self.pipeline.name,
+                             batch_id)
+                    return
             staged, source, summary = self._stage(batch_df, cached)  # 1-3, one pass over Kafka
             self._target_made()
             self._batch_offsets = summary.end_offsets
