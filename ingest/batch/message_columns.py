@@ -144,7 +144,10 @@ def columns_of(session, pipeline, envelopes: dict[str, list[str]]) -> T.StructTy
     from ingest.batch.merge.target import target_schema
     from ingest.platform.delta import table_exists
 
-    row = target_schema(session, pipeline.target) if table_exists(session, pipeline.target) else None
+    # with a transform the table holds its output, not the row: the messages alone say the row
+    # (a changed type is then refused by schema_evolution at the MERGE, naming the column)
+    merged = pipeline.transform is None and table_exists(session, pipeline.target)
+    row = target_schema(session, pipeline.target) if merged else None
     for topic in sorted(envelopes):
         row = row_columns(topic, envelopes[topic], row, pipeline.schema_evolution)
     return row

@@ -254,3 +254,21 @@ def test_one_topic_into_one_table_without_a_schema(spark, kafka, tmp_path, monke
     assert code == 0, said[-3000:]
     assert live(spark, str(tmp_path / "tables" / "one"), "id, first_name, tier") == [
         (1, "ann2", None), (3, "cy", None), (4, "dee", "gold")]
+
+
+def test_a_transform_over_the_columns_from_the_messages(spark, kafka, tmp_path, monkeypatch, capsys):
+    """The table holds the transform's output: the next batch's row is its messages' alone."""
+    monkeypatch.setenv("KAFKA_BOOTSTRAP", kafka.bootstrap)
+    topic = f"tx{uuid.uuid4().hex[:6]}.dbo.customers"
+    create_topic(kafka.client_config(), topic)
+    send(kafka, topic, changes())
+    file = pipeline_file(tmp_path, "txdb", re.escape(topic), target={"path": str(tmp_path / "tables" / "one")},
+                         dead_letter={"path": str(tmp_path / "dead_letter" / "one")},
+                         transform={"select": ["*", "upper(first_name) AS shout"]})
+    code, said = ingest_run(file, capsys)
+    assert code == 0, said[-3000:]
+    send(kafka, topic, [(b'{"id":4}', event("c", person(4, "dee", tier="gold"), None, 60, schema_with(TIER)))])
+    code, said = ingest_run(file, capsys)
+    assert code == 0, said[-3000:]
+    assert live(spark, str(tmp_path / "tables" / "one"), "id, first_name, shout") == [
+        (1, "ann2", "ANN2"), (3, "cy", "CY"), (4, "dee", "DEE")]
