@@ -26,6 +26,7 @@ from typing import Any
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import StringType, StructField, StructType
 
 from ingest.audit.scope import audit_scope, outside_ledger
 from ingest.audit.verify import (
@@ -38,7 +39,7 @@ from ingest.audit.verify import (
     persisted,
     read_topic,
 )
-from ingest.batch import transform
+from ingest.batch import message_columns, transform
 from ingest.batch.formats.cdc import decode_envelope
 from ingest.batch.merge.changes import last_changes
 from ingest.batch.merge.dead_letters import FAILURE_STAGES
@@ -110,12 +111,25 @@ def verify_changes(spark, pipeline: Pipeline, only_topics: tuple[str, ...] | Non
 # --- each record's fate -----------------------------------------------------------------
 
 
+def _row(spark, pipeline: Pipeline, raw: DataFrame):
+    """The row's columns the batches decoded with: declared, or from the topic's messages and
+    the table. Neither a table nor a message with a schema: the key alone (each record is then
+    judged as the batch would, a dead letter without a schema)."""
+    if not pipeline.columns_from_messages:
+        return payload_schema(spark, pipeline)
+    try:
+        row = message_columns.columns_of(spark, pipeline, message_columns.envelope_schemas(raw))
+    except message_columns.NoRowSchema:
+        row = None
+    return row or StructType([StructField(key, StringType()) for key in pipeline.cdc.key])
+
+
 def _records(spark, pipeline: Pipeline, raw: DataFrame, dead: DataFrame,
              scope: DataFrame) -> tuple[DataFrame, dict[str, int]]:
     """Every record of the topic, staged as the batch stages it, with its `fate`;
     persisted, by the pass that counts them (`_record_counts`). A transform that raises
     on a record makes that record a transform failure, as in the batch."""
-    decoded = decode_envelope(raw, pipeline.cdc, payload_schema(spark, pipeline))
+    decoded = decode_envelope(raw, pipeline.cdc, _row(spark, pipeline, raw), pipeline.columns_from_messages)
     records = _judge(staged_records(decoded, pipeline), dead, scope, pipeline).persist()
     try:
         return records, _record_counts(records)

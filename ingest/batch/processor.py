@@ -34,7 +34,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from ingest.batch import lost_ranges, schema_evolution, transform
+from ingest.batch import lost_ranges, message_columns, schema_evolution, transform
 from ingest.batch.commit import faults, ledger
 from ingest.batch.commit.conflicts import retry_conflicts
 from ingest.batch.commit.position import BatchPosition, QueryPosition
@@ -150,9 +150,12 @@ class BatchProcessor:
     _accepted_columns: StructType | None = None  # the batch columns last checked against the target
     _warmer: StateWarmer | None = None  # the target's next state, computed beside the next batch
     _preparing: threading.Thread | None = None  # the target made while the query starts
+    _from_messages: message_columns.RowFromMessages | None = None  # the columns from the messages
 
     def __post_init__(self) -> None:
         self.position = QueryPosition(self.pipeline, self.table_key)
+        if self.pipeline.columns_from_messages:
+            self._from_messages = message_columns.RowFromMessages(self.pipeline)
 
     def __getstate__(self) -> dict:
         """On Spark Connect foreachBatch pickles the processor to a worker beside the server:
@@ -167,7 +170,7 @@ class BatchProcessor:
         are made outside any txn id, as the first batch makes them; if this fails, the
         first batch makes them itself."""
         session = clone_with(spark, self.pipeline.spark_conf)
-        if session is None:
+        if session is None or self.pipeline.columns_from_messages:  # the columns come with the data
             return
         from pyspark import InheritableThread
 
@@ -199,19 +202,29 @@ class BatchProcessor:
         self._warmer.start()
         self._target_ready = True
 
-    def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
+    def __call__(self, batch_df: DataFrame, batch_id: int, envelopes: dict | None = None) -> None:
+        """`envelopes`: the batch's envelope schemas per topic where the caller has listed
+        them (`batch.routing`, once for every table); else listed here when needed."""
         self._batch_offsets = None
         try:
-            self._process(batch_df, batch_id)
+            self._process(batch_df, batch_id, envelopes)
         except Exception as error:
             self.failure = (batch_id, self._batch_offsets, error)
             raise
 
-    def _process(self, batch_df: DataFrame, batch_id: int) -> None:
+    def _process(self, batch_df: DataFrame, batch_id: int, envelopes: dict | None = None) -> None:
         """pipeline-spec.md's steps, each once; the exactly-once argument is `position`'s."""
         started = time.monotonic()
         session = batch_df.sparkSession
         with ExitStack() as cached:  # whatever a step persists is released when the batch ends
+            if self._from_messages is not None:
+                if envelopes is None:  # listed here, then decoded: Kafka read once for both
+                    batch_df = kept(batch_df, cached)
+                self.schema = self._from_messages.row(session, batch_df, envelopes)
+                if self.schema is None:  # no record, no table: nothing to make the table of yet
+                    log.info("%s batch %d: no record and no table yet; nothing to write", self.pipeline.name,
+                             batch_id)
+                    return
             staged, source, summary = self._stage(batch_df, cached)  # 1-3, one pass over Kafka
             self._target_made()
             self._batch_offsets = summary.end_offsets
@@ -254,7 +267,7 @@ class BatchProcessor:
 
     def _decode(self, batch_df: DataFrame) -> DataFrame:
         if self.pipeline.cdc is not None:  # change envelopes: the row, its op and sequence
-            return decode_envelope(batch_df, self.pipeline.cdc, self.schema)
+            return decode_envelope(batch_df, self.pipeline.cdc, self.schema, self.pipeline.columns_from_messages)
         return decode_records(batch_df, self.pipeline, self.schema)
 
     def _transform_and_uid(self, decoded: DataFrame, failed) -> DataFrame:
@@ -457,8 +470,8 @@ def upsert_order(pipeline: Pipeline) -> str | None:
 
 
 def payload_schema(spark, pipeline: Pipeline):
-    """json: the DDL as a StructType (`schema: variant`: a `VariantDecoder`); avro, protobuf:
-    the run's `SchemaDecoder` (asks the registry for the reader schema now)."""
+    """json: the DDL as a StructType (`schema: variant`: a `VariantDecoder`; None where the columns
+    come from the messages); avro, protobuf: the run's `SchemaDecoder` (asks the registry now)."""
     if pipeline.source.format in ("avro", "protobuf"):
         from ingest.batch.formats.schemas import SchemaDecoder
 
@@ -468,7 +481,7 @@ def payload_schema(spark, pipeline: Pipeline):
 
             envelope_row(decoder.columns)
         return decoder
-    if pipeline.source.format != "json":
+    if pipeline.source.format != "json" or pipeline.columns_from_messages:
         return None
     if pipeline.source.variant:
         from ingest.batch.formats.variant import VariantDecoder

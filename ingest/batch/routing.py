@@ -27,7 +27,7 @@ from typing import Callable
 
 from pyspark.sql import DataFrame
 
-from ingest.batch import lost_ranges
+from ingest.batch import lost_ranges, message_columns
 from ingest.batch.commit import faults
 from ingest.batch.commit.position import planned_range
 from ingest.batch.processor import BatchProcessor, BatchReport, payload_schema
@@ -78,7 +78,9 @@ class TopicRouter:
             present = [row.topic for row in raw.select("topic").distinct().collect()]
             if self.pipeline.records_data_loss:
                 self._record_lost_slices(raw.sparkSession, batch_id, present)
-            self._commit_all(raw, batch_id, template.tables_of(self.pipeline, present))
+            # the columns from the messages: every table's envelope schemas in one pass
+            envelopes = message_columns.envelope_schemas(raw) if self.pipeline.columns_from_messages else {}
+            self._commit_all(raw, batch_id, template.tables_of(self.pipeline, present), envelopes)
 
     def settle(self) -> None:
         """Once the query has ended: each table's work beside the batches, finished."""
@@ -102,23 +104,25 @@ class TopicRouter:
                         gap.describe())
         lost_ranges.record_lost(session, self.pipeline, gaps)
 
-    def _commit_all(self, raw: DataFrame, batch_id: int, groups: dict[str, list[str]]) -> None:
+    def _commit_all(self, raw: DataFrame, batch_id: int, groups: dict[str, list[str]],
+                    envelopes: dict[str, list[str]]) -> None:
         session = raw.sparkSession
         clone = _cloner(session) if self.threads > 1 and len(groups) > 1 else None
         jobs = [(table, topics) for table, topics in sorted(groups.items())]
         if clone is None:
             for done, (table, topics) in enumerate(jobs, start=1):
-                self._commit_table(raw, batch_id, table, topics, session)
+                self._commit_table(raw, batch_id, table, topics, session, envelopes)
                 self._between_tables(done, len(jobs), batch_id)
             return
         with ThreadPoolExecutor(min(self.threads, len(jobs)), thread_name_prefix="ingest-table") as pool:
-            futures = [pool.submit(self._commit_table, raw, batch_id, table, topics, clone())
+            futures = [pool.submit(self._commit_table, raw, batch_id, table, topics, clone(), envelopes)
                        for table, topics in jobs]
             for done, future in enumerate(as_completed(futures), start=1):
                 future.result()  # the first failure fails the batch; Spark replays it
                 self._between_tables(done, len(jobs), batch_id)
 
-    def _commit_table(self, raw: DataFrame, batch_id: int, table: str, topics: list[str], session) -> None:
+    def _commit_table(self, raw: DataFrame, batch_id: int, table: str, topics: list[str], session,
+                      envelopes: dict[str, list[str]]) -> None:
         from pyspark.sql import functions as F
 
         rows = raw.where(F.col("topic").isin(*topics))
@@ -126,7 +130,8 @@ class TopicRouter:
             rows = DataFrame(rows._jdf, session)  # MERGE and txn conf on this thread's session
         processor = self._processor(table, topics[0], session)
         try:
-            processor(rows, batch_id)
+            processor(rows, batch_id, {topic: envelopes[topic] for topic in topics if topic in envelopes}
+                      if envelopes else None)
         except Exception:
             self.failure = processor.failure
             raise
@@ -136,7 +141,8 @@ class TopicRouter:
             processor = self.tables.get(table)
             if processor is None:  # a topic's first data: its table is created by its first MERGE
                 pipeline = template.for_topic(self.pipeline, topic)
-                if pipeline.source.format == "json" and pipeline.source.schema is None:
+                if pipeline.source.format == "json" and pipeline.source.schema is None \
+                        and not pipeline.columns_from_messages:
                     raise NoSchema(f"{self.pipeline.name}: topic {topic!r} has no schema; expected "
                                    f"it in source.schemas, or a source.schema for every topic")
                 processor = BatchProcessor(pipeline, payload_schema(session, pipeline),

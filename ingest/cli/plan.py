@@ -83,6 +83,8 @@ def render_plan(loaded: Loaded, settings: Settings) -> str:
         _section("Kafka source options", _options(pipeline)),
         *([_section("Reader schema (Spark DDL)", _reader_schema(pipeline))]
           if pipeline.source.format in REGISTRY_FORMATS else []),
+        *([_section("Columns from the messages", _columns_from_messages(pipeline))]
+          if pipeline.columns_from_messages else []),
         _section("Target", _target(pipeline)),
         _section("Dead letters", _dead_letter(pipeline)),
         _section("Table properties", _properties(pipeline)),
@@ -107,6 +109,8 @@ def plan_document(loaded: Loaded, settings: Settings) -> dict:
         "exactly_once": {"txn_app_id": ledger.app_id(pipeline.name, CHECKPOINT_QUERY_ID),
                          "txn_version": "the batch id"},
         "merge": _merge(pipeline),
+        **({"columns_from_messages": _columns_from_messages(pipeline).splitlines()}
+           if pipeline.columns_from_messages else {}),
         "warnings": [w.render() for w in loaded.warnings],
     }
     return mask_values(document, pipeline.secret_values)
@@ -135,6 +139,38 @@ def _reader_schema(pipeline: Pipeline) -> str:
     if source.kafka.pattern:
         lines.append(f"each topic matching {source.kafka.pattern!r}: its subject's schema, read when "
                      "the topic's first records arrive")
+    return "\n".join(lines)
+
+
+def _columns_from_messages(pipeline: Pipeline) -> str:
+    """cdc with json and no schema: the rule, and the columns each topic's table has taken so far
+    (the topics subscribed now, each table that exists read through Delta)."""
+    from ingest.batch.formats.schemas import ddl
+    from ingest.batch.merge.target import target_schema
+    from ingest.batch.message_columns import row_columns
+    from ingest.kafka import admin as kafka_admin
+    from ingest.platform.delta import table_exists
+    from ingest.platform.session import get_session
+
+    lines = ["each topic's table takes its columns from the Connect schema in the topic's messages "
+             "(Debezium's JSON converter, schemas.enable=true), with the columns its table has; a field "
+             f"that appears later follows schema_evolution ({pipeline.schema_evolution}), a changed type "
+             "is refused; a message without a schema is a decode dead letter"]
+    kafka = pipeline.source.kafka
+    try:
+        topics = sorted(set(kafka.topics) | set(kafka_admin.partitions(kafka)))
+    except IngestError as error:
+        topics = sorted(kafka.topics)
+        lines.append(f"the topics the pattern matches now: not available ({error})")
+    spark = get_session("ingest-plan")
+    for topic in topics:
+        one = template.for_topic(pipeline, topic) if template.is_per_topic(pipeline) else pipeline
+        if not one.columns_from_messages:  # a topic with its own entry in source.schemas
+            lines.append(f"{topic}: source.schemas.{topic}")
+        elif table_exists(spark, one.target):
+            lines.append(f"{topic}: {ddl(row_columns(topic, [], target_schema(spark, one.target), 'fail'))}")
+        else:
+            lines.append(f"{topic}: no table yet; its columns come with its first records")
     return "\n".join(lines)
 
 

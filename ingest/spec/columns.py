@@ -149,7 +149,9 @@ def decoded_columns(source: Source) -> dict[str, str] | None:
         return {"value": "BINARY"}
     if source.format in REGISTRY_FORMATS:
         return None  # the reader schema is known at run time (registry) or to the Spark pass
-    return ddl_columns(source.schema or "")
+    if source.schema is None:
+        return None  # json with cdc and no schema: the columns come with the messages
+    return ddl_columns(source.schema)
 
 
 def ddl_columns(ddl: str) -> dict[str, str] | None:

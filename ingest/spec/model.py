@@ -260,6 +260,12 @@ class Pipeline:
         return self.applies_deletes and self.target.deletes == "hard"
 
     @property
+    def columns_from_messages(self) -> bool:
+        """cdc with format json and no schema for the topic: the row's columns come from the
+        Connect schema in each message (`batch/formats/message_columns.py`)."""
+        return self.cdc is not None and self.source.format == "json" and self.source.schema is None
+
+    @property
     def records_data_loss(self) -> bool:
         """on_data_loss: record, or its older spelling source.kafka.allow_data_loss: true."""
         return self.operations.on_data_loss == "record" or self.source.kafka.allow_data_loss

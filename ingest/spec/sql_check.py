@@ -60,7 +60,9 @@ def _schema_variants(source: Source) -> list[tuple[str, Source]]:
     uid must fit every one of them."""
     from dataclasses import replace
 
-    variants = [("source.schema", source)] if source.schema or not source.schemas else []
+    # json without a schema (cdc): the columns come with the messages, the run checks them
+    shared = source.schema is not None or (not source.schemas and source.format != "json")
+    variants = [("source.schema", source)] if shared else []
     variants += [(f"source.schemas.{topic}", replace(source, schema=ddl))
                  for topic, ddl in source.schemas.items()]
     return variants

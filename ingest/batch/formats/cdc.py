@@ -44,13 +44,15 @@ class EnvelopeSchemaError(SchemaUnavailable):
     """The Avro reader schema is not a change envelope: the run stops before a batch, exit 2."""
 
 
-def decode_envelope(raw: DataFrame, cdc: Cdc, row) -> DataFrame:
+def decode_envelope(raw: DataFrame, cdc: Cdc, row, from_messages: bool = False) -> DataFrame:
     """Columns RAW, STAGE, REASON, the row's columns, `_sequence`, `_op`. `row` is the
-    row's StructType (json), or the run's `SchemaDecoder` of the envelope (avro)."""
+    row's StructType (json), or the run's `SchemaDecoder` of the envelope (avro).
+    `from_messages`: the columns came from the messages' schemas (`message_columns`), so a
+    message without one (a bare payload) is a dead letter: nothing says its encodings."""
     with_raw = raw.select(F.struct(*[F.col(c) for c in RAW_FIELDS]).alias(RAW))
     if not isinstance(row, StructType):
         return _avro_envelope(with_raw, cdc, row)
-    return _in_steps(with_raw, _json_steps(_decoding(cdc, row)))
+    return _in_steps(with_raw, _json_steps(_decoding(cdc, row, from_messages)))
 
 
 def _avro_envelope(with_raw: DataFrame, cdc: Cdc, decoder) -> DataFrame:
@@ -80,12 +82,14 @@ class _Decoding:
     text: str  # what the steps depend on: the key
     cdc: Cdc = field(compare=False)
     row: StructType = field(compare=False)
+    from_messages: bool = field(default=False, compare=False)
 
 
-def _decoding(cdc: Cdc, row: StructType) -> _Decoding:
+def _decoding(cdc: Cdc, row: StructType, from_messages: bool = False) -> _Decoding:
     from pyspark import SparkContext
 
-    return _Decoding(f"{cdc!r} {row.json()} {id(SparkContext._gateway)}", cdc, row)
+    return _Decoding(f"{cdc!r} {row.json()} {from_messages} {id(SparkContext._gateway)}", cdc, row,
+                     from_messages)
 
 
 @functools.lru_cache(maxsize=_BUILT_FOR)
@@ -98,6 +102,11 @@ def _json_steps(decoding: _Decoding) -> list:
     unreadable = [(F.col(_UNPARSED), F.lit("not a JSON object")),
                   (F.col(_CORRUPT).isNotNull(),
                    F.lit("malformed JSON or a value of the wrong type for the envelope"))]
+    if decoding.from_messages:
+        unreadable.append((F.col(_ROW_SCHEMA).isNull(), F.format_string(
+            "no schema in the message: topic %s takes its columns and their encodings from each "
+            "message's schema (Debezium's JSON converter with schemas.enable=true); expected "
+            "{schema, payload}, or a source.schema for the topic", F.col(f"{RAW}.topic"))))
     return [parse, envelope, *_change_steps(decoding.cdc, row, unreadable, typed=True)]
 
 
@@ -140,7 +149,9 @@ def _change_steps(cdc: Cdc, row: StructType, unreadable: list, typed: bool = Fal
     if typed:
         steps.append({_described(n): _schema_of(f.name) for n, f in enumerate(row.fields)})
         parts = Parts("__part_")
-        converted = [convert(_field(n, f.name), f.dataType, cdc.encodings.get(f.name), parts)
+        # a column from the messages' schemas may carry its encoding (message_columns.ENCODING)
+        converted = [convert(_field(n, f.name), f.dataType,
+                             cdc.encodings.get(f.name) or f.metadata.get("connect.name"), parts)
                      for n, f in enumerate(row.fields)]
         steps.extend(parts.steps)
         column_reasons = [f"__column_reason_{n}" for n in range(len(row.fields))]

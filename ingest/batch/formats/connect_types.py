@@ -116,6 +116,8 @@ def convert(field: Field, declared: T.DataType, encoding: str | None, parts: Par
         return _timestamp(field, declared, named, parts)
     if isinstance(declared, T.DateType):
         return _date(field, named, parts)
+    if isinstance(declared, T.StringType) and encoding == VARIABLE_SCALE_DECIMAL:
+        return _variable_scale_text(field, parts)
     if isinstance(declared, T.StringType):
         return _text(field, named, parts)
     if isinstance(declared, T.BinaryType):
@@ -204,6 +206,14 @@ def _unscaled_text(base64: Column, scale: Column, parts: Parts, *reads: Column) 
                                                                  scale))).otherwise(F.lit(""))
     text = F.concat(F.when(negative, F.lit("-")).otherwise(F.lit("")), whole, point)
     return parts.name(F.when(unscaled.isNotNull() & (scale >= 0), text), negative, unscaled, padded, *reads)
+
+
+def _variable_scale_text(field: Field, parts: Parts) -> Converted:
+    """A VariableScaleDecimal into a STRING column (its scale varies from value to value, so no
+    DECIMAL(p,s) holds every one): its exact decimal text, as the Avro path writes it."""
+    variable = parts.name(F.from_json(field.text, "scale INT, value STRING"))
+    value = _unscaled_text(variable["value"], variable["scale"], parts, variable)
+    return _checked(field, value, F.lit(f"{VARIABLE_SCALE_DECIMAL} ({{scale, value}}) of at most 38 digits"))
 
 
 def _plain_decimal(text: Column) -> Column:

@@ -213,3 +213,11 @@ def test_plan_names_the_composite_order():
     assert ("each key ends as its last change by source.commit_lsn, then source.change_lsn, then "
             "source.event_serial_no (compared in turn; a missing later item first) (ties: the later "
             "partition, then offset)") in _target(pipeline)
+
+
+def test_cdc_with_json_may_omit_the_schema_its_columns_then_come_from_the_messages():
+    pipeline = load(CDC.replace('  schema: "id BIGINT, name STRING, email STRING, updated_at TIMESTAMP"\n', ""))
+    assert pipeline.source.schema is None and pipeline.columns_from_messages
+    assert not load(CDC).columns_from_messages
+    assert problems(CDC.replace('  schema: "id BIGINT, name STRING, email STRING, updated_at TIMESTAMP"\n', "")
+                    .replace("cdc:\n  key: [id]\n", "uid: {field: id}\n"))[0][:3] == ("schema_rules", 2, "source")
