@@ -194,6 +194,7 @@ def measured(spark, step) -> dict:
 def one_batch(spark, made, frame, batch_id: int, store: StatusStore) -> dict:
     """The cumulative passes, then the batch as the processor runs it, each stage metered."""
     from ingest.batch.processor import staged_records, summarize
+    from ingest.platform.caching import kept
 
     pipeline, out = made.pipeline, {}
     cumulative = {
@@ -212,15 +213,9 @@ def one_batch(spark, made, frame, batch_id: int, store: StatusStore) -> dict:
     session = frame.sparkSession
     with ExitStack() as held:
         staged = made._transform_and_uid(made._decode(frame), failed=())
+        source = kept(made._merge_source(staged), held)
         store.since()
-
-        def filled():  # held as the processor holds it (cached, or pinned: computed at once), filled
-            merge_source = made._held(made._merge_source(staged), held)
-            merge_source.count()
-            return merge_source
-
-        got = measured(spark, filled)
-        source = got["result"]
+        got = measured(spark, source.count)
         out["cache build"] = {k: got[k] - before[k] for k in ("wall_ms", "cpu_ms")}
         out["cache build"]["sql"] = operators(store.since())
         jobs_before = jobs(spark)

@@ -47,7 +47,7 @@ from ingest.batch.merge.target import MergeResult, target_schema
 from ingest.batch.staged import KEEP, RAW, REASON, STAGE, TOMBSTONE, UNKNOWN_FIELDS
 from ingest.batch.uid import mark_one_per_uid, with_uid
 from ingest.kafka.offsets import Offsets
-from ingest.platform.caching import can_pin, kept, let_go, pinned
+from ingest.platform.caching import kept, let_go
 from ingest.platform.delta import table_exists
 from ingest.platform.session import clone_with
 from ingest.spec.columns import DELETE, OP, UID
@@ -234,35 +234,22 @@ class BatchProcessor:
         letters), the cached MERGE source, and the summary whose aggregation filled it."""
         decoded = self._decode(batch_df)
         staged = self._transform_and_uid(decoded, failed=())
-        source = None
+        source = kept(self._merge_source(staged), cached)
         try:
-            source = self._held(self._merge_source(staged), cached)
             return staged, source, summarize(source, self.pipeline)
         except Exception as error:  # only a record's data error is handled here
             if self.pipeline.transform is None or not transform.is_record_error(error):
                 raise
         # ANSI SQL failed the whole pass on some record: search for it in the decoded
         # records, kept now since the search reads them many times.
-        if source is not None:
-            let_go(source)
+        let_go(source)
         decoded = kept(decoded, cached)
         failed = transform.find_failing(decoded, self.pipeline.transform)
         log.warning("%s: %d record(s) failed the transform; sent to the dead letters",
                     self.pipeline.name, len(failed))
         staged = self._transform_and_uid(decoded, failed)
-        source = self._held(self._merge_source(staged), cached)
+        source = kept(self._merge_source(staged), cached)
         return staged, source, summarize(source, self.pipeline)
-
-    def _held(self, source: DataFrame, cached: ExitStack) -> DataFrame:
-        """The MERGE source, read by the summary and then the MERGE: pinned where the MERGE
-        would otherwise copy it again (see `merge_mode.pins_source`), else cached."""
-        if self._pins_source(source):
-            return pinned(source, cached)
-        return kept(source, cached)
-
-    def _pins_source(self, source: DataFrame) -> bool:
-        return (merge_mode.pins_source(self.pipeline) and can_pin(source.sparkSession)
-                and source.sparkSession.conf.get("ingest.lever.pinSource", "false") == "true")
 
     def _decode(self, batch_df: DataFrame) -> DataFrame:
         if self.pipeline.cdc is not None:  # change envelopes: the row, its op and sequence
@@ -327,7 +314,7 @@ class BatchProcessor:
         def attempt() -> MergeResult:
             with ledger.txn_settings(session, position.txn), faults.during("during_merge", batch_id):
                 return merge_mode.merge(session, rows, self.pipeline, summary.bounds if self.bounded else {},
-                                        logs_deletes=summary.deletes > 0, pinned=self._pins_source(rows))
+                                        logs_deletes=summary.deletes > 0)
 
         merged = retry_conflicts(attempt, f"{self.pipeline.name} batch {batch_id}: MERGE into "
                                           f"{self.pipeline.target.location}")

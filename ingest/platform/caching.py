@@ -47,26 +47,6 @@ def kept(frame: DataFrame, held: ExitStack) -> DataFrame:
     return cached
 
 
-def can_pin(session) -> bool:
-    """Whether `pinned` checkpoints here: a classic session (a local checkpoint on Spark
-    Connect lives on the server, past the batch, and is not a plan Delta reads the same way)."""
-    return not _refused and not is_connect(session)
-
-
-def pinned(frame: DataFrame, held: ExitStack) -> DataFrame:
-    """`frame` computed once, now, and kept as rows cut from their lineage (a local
-    checkpoint) until `held` closes; on Spark Connect `kept`. A MERGE reads such a source
-    as fixed rows, so Delta need not copy it again (materializeSource `none`), where a
-    cached plan it must copy. A lost block fails the read that needs it (the checkpoint
-    cannot be recomputed): the batch fails and is replayed, never read with other rows."""
-    if not can_pin(frame.sparkSession):
-        return kept(frame, held)
-    checkpoint = frame.localCheckpoint(eager=True)
-    rows = checkpoint._jdf.queryExecution().analyzed().rdd()  # the checkpoint's blocks
-    held.callback(lambda: rows.unpersist(False))
-    return checkpoint
-
-
 def let_go(frame: DataFrame) -> None:
     """Drop `frame`'s cache before `held` closes (a cache the next pass replaces)."""
     if not _refused:

@@ -51,24 +51,16 @@ def create_tables(session, pipeline: Pipeline, rows: DataFrame) -> None:
         delete_log.create(session, pipeline, rows)
 
 
-def pins_source(pipeline: Pipeline) -> bool:
-    """The batch's MERGE is the upsert's (`merge_batch`), which Delta would copy the source of
-    again if it were cached (a matched clause: not insert-only)."""
-    return (pipeline.target.mode == "upsert" and not pipeline.target.history
-            and not applies_changes(pipeline) and not pipeline.deletes_by_tombstone)
-
-
 def merge(session, rows: DataFrame, pipeline: Pipeline, bounds: dict[str, str],
-          logs_deletes: bool = True, pinned: bool = False) -> MergeResult:
-    """`logs_deletes`: false when the batch holds no delete, so a delete log has nothing to take.
-    `pinned`: the rows read a local checkpoint (`caching.pinned`), which Delta need not copy."""
+          logs_deletes: bool = True) -> MergeResult:
+    """`logs_deletes`: false when the batch holds no delete, so a delete log has nothing to take."""
     if pipeline.target.history:
         return history.merge_versions(session, rows, pipeline, bounds)
     if applies_changes(pipeline):
         return changes.merge_changes(session, rows, pipeline, bounds, logs_deletes)
     if pipeline.deletes_by_tombstone:
         return tombstones.merge_tombstones(session, rows, pipeline, bounds, logs_deletes)
-    return merge_batch(session, rows, pipeline, bounds, pinned)
+    return merge_batch(session, rows, pipeline, bounds)
 
 
 def merge_text(pipeline: Pipeline, condition: str) -> list[str]:

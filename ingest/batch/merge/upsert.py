@@ -7,7 +7,7 @@ position), so an old record arriving late never overwrites a newer one.
 
 from __future__ import annotations
 
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Iterator
 
 from pyspark.sql import DataFrame
@@ -16,12 +16,9 @@ from pyspark.sql import functions as F
 from ingest.batch.merge.clauses import When, apply
 from ingest.batch.merge.condition import merge_condition, upsert_condition
 from ingest.batch.merge.target import COORDINATE_COLUMNS, MergeResult, executed
-from ingest.platform import caching
 from ingest.platform.delta import delta_table
 from ingest.spec.columns import UID
 from ingest.spec.model import Pipeline
-
-MATERIALIZE_SOURCE = "spark.databricks.delta.merge.materializeSource"
 
 
 def compared_columns(rows: DataFrame, existing: DataFrame) -> tuple[str, ...]:
@@ -35,55 +32,42 @@ def compared_columns(rows: DataFrame, existing: DataFrame) -> tuple[str, ...]:
     return tuple(payload)
 
 
-def unchanged_uids(rows: DataFrame, existing: DataFrame, on: str, update: str) -> DataFrame:
-    """The batch's uids an upsert would not really update (an older version, the same
-    values again): Delta's MERGE with an insert clause rewrites every file holding a
-    matched uid, whatever the update condition says, so these are dropped before it.
-    Read with the MERGE's own bounded condition."""
-    return (rows.alias("s").join(existing.alias("t"), F.expr(on), "inner")
-            .where(~F.coalesce(F.expr(update), F.lit(False)))
-            .select(F.col(f"s.{UID}").alias(UID)))
+def changing_rows(rows: DataFrame, existing: DataFrame, on: str, update: str) -> DataFrame:
+    """The batch's rows an upsert would insert or really update. Delta's MERGE with
+    an insert clause rewrites every file holding a matched uid, whatever the update
+    condition says, so rows that would change nothing (an older version, the same
+    values again) are dropped before it. Read with the MERGE's own bounded condition."""
+    unchanged = (rows.alias("s").join(existing.alias("t"), F.expr(on), "inner")
+                 .where(~F.coalesce(F.expr(update), F.lit(False)))
+                 .select(F.col(f"s.{UID}").alias(UID)))
+    return rows.join(unchanged, UID, "left_anti")
 
 
-def merge_batch(session, rows: DataFrame, pipeline: Pipeline, bounds: dict[str, str],
-                pinned: bool = False) -> MergeResult:
-    """One MERGE, one commit. The caller sets the txn id on `session` around it.
-    `pinned`: `rows` read a local checkpoint (`caching.pinned`); the upsert's unchanged
-    uids are pinned too, so the MERGE's source is fixed rows both of its passes see and
-    Delta is told not to copy it again."""
+def merge_batch(session, rows: DataFrame, pipeline: Pipeline, bounds: dict[str, str]) -> MergeResult:
+    """One MERGE, one commit. The caller sets the txn id on `session` around it."""
     target = pipeline.target
     table = delta_table(session, target)
     condition = merge_condition(pipeline, bounds)
     whens = [When(False, "insert *")]
-    with ExitStack() as held:
-        if target.mode == "upsert":
-            payload = compared_columns(rows, table.toDF())
-            unchanged = unchanged_uids(rows, table.toDF(), condition, upsert_condition(pipeline, payload))
-            if pinned:
-                unchanged = caching.pinned(unchanged, held)
-                held.enter_context(setting(session, MATERIALIZE_SOURCE, "none"))
-            rows = rows.join(unchanged, UID, "left_anti")
-            whens.insert(0, When(True, "update *", upsert_condition(pipeline, payload)))
-        else:
-            held.enter_context(no_broadcast(session))
-        builder = table.alias("t").merge(rows.alias("s"), condition).withSchemaEvolution()
+    if target.mode == "upsert":
+        payload = compared_columns(rows, table.toDF())
+        rows = changing_rows(rows, table.toDF(), condition, upsert_condition(pipeline, payload))
+        whens.insert(0, When(True, "update *", upsert_condition(pipeline, payload)))
+    builder = table.alias("t").merge(rows.alias("s"), condition).withSchemaEvolution()
+    with no_broadcast(session) if target.mode == "insert_only" else nullcontext():
         return executed(apply(builder, whens))
 
 
-def no_broadcast(session):
+@contextmanager
+def no_broadcast(session) -> Iterator[None]:
     """The insert-only MERGE is an anti-join of the batch with the target's files the
     bounds leave. Broadcast, the target side is a Spark job of its own before the
     write, on every batch (even with no file to read); joined by sort and merge it is
     a stage of the write's job, and the batch side needs no shuffle (the cached source
     is partitioned on `_uid`). Set on the batch's session, as the txn id is."""
-    return setting(session, "spark.sql.autoBroadcastJoinThreshold", "-1")
-
-
-@contextmanager
-def setting(session, key: str, value: str) -> Iterator[None]:
-    """`key` set to `value` on the batch's session for one MERGE."""
+    key = "spark.sql.autoBroadcastJoinThreshold"
     before = session.conf.get(key, None)
-    session.conf.set(key, value)
+    session.conf.set(key, "-1")
     try:
         yield
     finally:
