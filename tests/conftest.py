@@ -38,6 +38,9 @@ TEST_SPARK_CONF = {
     # 2 GB heap, G1 (the collector then) kept marking; two sessions of 4 GB and the children fit
     # the 24 GB of CI's machine.
     "spark.driver.memory": "4g",
+    # ingest's System.gc() every 2 minutes gives a service's heap back; under ParallelGC it is a full
+    # collection of the session's 0.4-1 GB live heap, for a session that lives for the suite: Spark's 30
+    "spark.cleaner.periodicGC.interval": "30min",
 }
 
 

@@ -62,10 +62,9 @@ def timeline(spark, jobs_before: int) -> list[dict]:
 
 def profile(batches: int, records: int, settings: dict[str, str], recording: Path) -> list[dict]:
     """Runs the batches under JFR; the job timeline of one more batch, run after the recording."""
-    from ingest.platform.builder import LOCAL_DEFAULTS
     from ingest.platform.session import get_session
 
-    java_options = f"{LOCAL_DEFAULTS['spark.driver.extraJavaOptions']} -XX:FlightRecorderOptions:stackdepth=1024"
+    java_options = "-XX:FlightRecorderOptions:stackdepth=1024"  # joined to ingest's own options
     spark = get_session("bench-jvm-profile", master="local[2]",
                         conf={"spark.ui.enabled": "false", "spark.driver.extraJavaOptions": java_options,
                               "spark.driver.memory": "3g", "spark.ui.retainedJobs": "100000"})

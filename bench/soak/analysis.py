@@ -170,6 +170,20 @@ def jvm_figures(reports: list[dict], start: float, end: float) -> dict:
             for series, names in ((reports, JVM_FIGURES), (beside, ("beside_heap_mb",))) for name in names}
 
 
+def gc_figures(reports: list[dict], start: float, end: float) -> dict:
+    """The collections between the first and the last JVM report of a span (jstat's counters
+    since the JVM started; a SIGKILL starts them again, so a span of one JVM only)."""
+    within = [r for r in reports if start <= r["at"] <= end and "gc_pause_s" in r]
+    if len(within) < 2:
+        return {}
+    first, last = within[0], within[-1]
+    minutes = (last["at"] - first["at"]) / 60
+    figures = {name: last.get(name, 0) - first.get(name, 0) for name in ("young_gcs", "concurrent_gcs", "full_gcs")}
+    pause_s = last["gc_pause_s"] - first["gc_pause_s"]
+    return {"minutes": round(minutes, 1), **figures, "gc_pause_s": round(pause_s, 2),
+            "pause_share": round(pause_s / (minutes * 60), 4) if minutes else None}
+
+
 def _rounded(values: list[float | None], digits: int = 0) -> list[float | None]:
     return [None if v is None else round(v, digits) for v in values]
 
@@ -199,6 +213,11 @@ def render(result: dict) -> str:
     if jvm := result.get("jvm_steady"):
         lines.append("  JVM MB by third: " + ", ".join(f"{name.removeprefix('nmt_')} {values}"
                                                        for name, values in jvm.items() if any(values)))
+    steady_end = result["config"]["minutes"] * 60 * (1 - result["config"]["fault_share"])
+    if gc := gc_figures(result.get("jvm", []), 0.0, steady_end):
+        lines.append(f"  collections in the steady phase ({gc['minutes']} min): {gc['young_gcs']:.0f} young, "
+                     f"{gc['concurrent_gcs']:.0f} pauses of concurrent cycles, {gc['full_gcs']:.0f} full; "
+                     f"paused {gc['gc_pause_s']} s ({gc['pause_share']:.1%} of the time)")
     live_heap = result.get("live_heap_at_steady_end")
     if isinstance(live_heap, dict) and (live := live_heap.get("total_mb")):
         lines.append(f"  live heap at the steady phase's end (after a full collection): {live} MB")

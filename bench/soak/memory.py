@@ -57,10 +57,36 @@ def jcmd(pid: int, *command: str, timeout: float = 60) -> str:
 
 
 def jvm_report(jvm_pid: int) -> dict[str, float]:
-    """Heap, Metaspace and the native memory's categories (MB committed) of the run's JVM."""
+    """Heap, Metaspace and the native memory's categories (MB committed) of the run's JVM, and
+    its collections so far (counts, seconds)."""
     figures = parse_heap_info(jcmd(jvm_pid, "GC.heap_info"))
     native = parse_native_memory(jcmd(jvm_pid, "VM.native_memory", "summary"))
-    return {**figures, **{f"nmt_{name}": mb for name, mb in native.items()}}
+    return {**figures, **{f"nmt_{name}": mb for name, mb in native.items()}, **collections(jvm_pid)}
+
+
+# jstat -gc's columns: YGC/YGCT young pauses, FGC/FGCT full collections, CGC/CGCT the concurrent
+# cycles' pauses (remark, cleanup), GCT all of them, in seconds since the JVM started
+JSTAT_FIGURES = {"YGC": "young_gcs", "FGC": "full_gcs", "CGC": "concurrent_gcs", "GCT": "gc_pause_s"}
+
+
+def collections(jvm_pid: int) -> dict[str, float]:
+    if shutil.which("jstat") is None:
+        return {}
+    try:
+        done = subprocess.run(["jstat", "-gc", str(jvm_pid)], capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        return {}
+    return parse_jstat(done.stdout) if done.returncode == 0 else {}
+
+
+def parse_jstat(text: str) -> dict[str, float]:
+    lines = text.split("\n")
+    if len(lines) < 2:
+        return {}
+    row = dict(zip(lines[0].split(), lines[1].split(), strict=False))
+    # a collector without concurrent cycles (Parallel) shows "-" for them
+    return {name: float(row[column]) for column, name in JSTAT_FIGURES.items()
+            if row.get(column, "-").replace(".", "", 1).isdigit()}
 
 
 def flags(jvm_pid: int) -> str:

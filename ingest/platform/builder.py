@@ -15,6 +15,7 @@ Jars (`INGEST_JARS`):
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from ingest.errors import IngestError
@@ -33,6 +34,17 @@ DELTA_CONF = {
 DRIVER_DEFAULTS = {"spark.python.sql.dataFrameDebugging.enabled": "false"}
 
 LOG_CONFIG = Path(__file__).parents[1] / "resources" / "log4j2.properties"
+
+JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+
+# A streaming run's driver made little garbage that lives, but G1 grew its committed heap toward
+# -Xmx after young collections and, with no concurrent cycle in sight, never gave any back: the
+# resident size rose for the whole run (docs/production.md, "make soak"). G1 returns heap only
+# at the end of a concurrent cycle or a full collection, and its own periodic cycle
+# (G1PeriodicGCInterval) waits for a pause-free interval a busy run never has. Spark's context
+# cleaner calls System.gc() on a timer (`spark.cleaner.periodicGC.interval`); with these options
+# that is a concurrent cycle, which ends with the heap cut to its used part plus 30%.
+HEAP_FOLLOWS_LIVE_SET = ("-XX:+ExplicitGCInvokesConcurrent", "-XX:MinHeapFreeRatio=10", "-XX:MaxHeapFreeRatio=30")
 
 # Local runs: one task per core is enough for a micro-batch (docs/performance.md).
 _LOCAL_TASKS = str(max(2, min(os.cpu_count() or 2, 8)))
@@ -58,7 +70,9 @@ LOCAL_DEFAULTS = {
     "spark.databricks.delta.allFilesInCrc.verificationMode.forceOnNonUTC.enabled": "false",
     # Spark's default log config prints INFO on stdout until setLogLevel runs; ours keeps
     # stdout for what `ingest` reports
-    "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG_CONFIG}",
+    JAVA_OPTIONS: f"-Dlog4j2.configurationFile={LOG_CONFIG} {' '.join(HEAP_FOLLOWS_LIVE_SET)}",
+    # System.gc() every few minutes, concurrent through the option above (30 minutes by default)
+    "spark.cleaner.periodicGC.interval": "2min",
 }
 
 
@@ -125,9 +139,22 @@ def check_jar_mode() -> None:
             "or --packages <coordinates> (docs/cluster.md)")
 
 
-def configure_builder(builder, extra_conf: dict[str, str] | None = None, mode: str | None = None):
+def merged(*layers: Mapping[str, str] | None) -> dict[str, str]:
+    """The layers' settings, a later layer's value winning, except the driver's JVM options, which
+    are joined in layer order: a user's options do not drop ingest's log config or heap options,
+    and where both name the same option the user's, coming last, is the one the JVM takes."""
+    settings: dict[str, str] = {}
+    for layer in layers:
+        for key, value in (layer or {}).items():
+            if key == JAVA_OPTIONS and settings.get(key):
+                value = f"{settings[key]} {value}".strip()
+            settings[key] = value
+    return settings
+
+
+def configure_builder(builder, extra_conf: Mapping[str, str] | None = None, mode: str | None = None):
     """Return `builder` set up for Delta and Kafka; `extra_conf` wins over defaults."""
-    return configured(builder, {**DELTA_CONF, **jar_conf(mode), **(extra_conf or {})})
+    return configured(builder, merged(DELTA_CONF, jar_conf(mode), extra_conf))
 
 
 def configured(builder, settings: dict[str, str]):

@@ -17,7 +17,7 @@ import warnings
 from typing import Mapping
 
 from ingest.errors import IngestError
-from ingest.platform.builder import LOCAL_DEFAULTS, SessionError, configure_builder
+from ingest.platform.builder import LOCAL_DEFAULTS, SessionError, configure_builder, merged
 from ingest.platform.files import disk_apart, mark_disk_apart
 
 REMOTE_VARIABLE = "SPARK_REMOTE"
@@ -50,7 +50,7 @@ def connect_session(url: str, app_name: str = "ingest", conf: dict[str, str] | N
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
             # the batch function's worker runs this interpreter, which has ingest installed
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-            builder = configure_builder(builder, {**LOCAL_DEFAULTS, **(conf or {})})
+            builder = configure_builder(builder, merged(LOCAL_DEFAULTS, conf))
         else:
             _check_reachable(url)
             for key, value in (conf or {}).items():

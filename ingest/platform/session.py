@@ -19,6 +19,7 @@ from ingest.platform.builder import (
     check_jar_mode,
     configured,
     jar_conf,
+    merged,
     on_databricks,
     under_spark_submit,
 )
@@ -43,8 +44,7 @@ def get_session(app_name: str = "ingest", conf: dict[str, str] | None = None,
         return existing
     check_jar_mode()
     local = not (on_databricks() or under_spark_submit())
-    settings = {"spark.app.name": app_name, **DELTA_CONF, **DRIVER_DEFAULTS, **jar_conf(),
-                **({**LOCAL_DEFAULTS, **(local_conf or {})} if local else {}), **(conf or {})}
+    settings = session_settings(app_name, conf, local_conf, local)
     if local:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         # Python workers (the avro/protobuf decoders) need the driver's packages:
@@ -56,6 +56,14 @@ def get_session(app_name: str = "ingest", conf: dict[str, str] | None = None,
     session.sparkContext.setLogLevel("WARN")
     _import_pyspark_helpers(session)
     return session
+
+
+def session_settings(app_name: str, conf: Mapping[str, str] | None, local_conf: Mapping[str, str] | None,
+                     local: bool) -> dict[str, str]:
+    """What a session built here is given: the pipeline's `conf` wins over conf/<env>.yaml's
+    `session:`, which wins over the local defaults; the driver's JVM options are joined (`merged`)."""
+    return merged({"spark.app.name": app_name}, DELTA_CONF, DRIVER_DEFAULTS, jar_conf(),
+                  *((LOCAL_DEFAULTS, local_conf) if local else ()), conf)
 
 
 # The JVM classes PySpark names without their package for every DataFrame function it calls

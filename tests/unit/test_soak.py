@@ -191,3 +191,30 @@ def test_a_process_the_jvm_spawns_is_not_a_second_jvm():
     helper = Resident(13, 10, "bash", 4)  # started by Python itself: its own memory
     assert run_sample([python, jvm, helper], root=10, at=5.0) == Sample(5.0, 1576, 158, 1414)
     assert run_sample([jvm], root=10, at=5.0) is None  # the run is gone
+
+
+# jstat -gc of JDK 17: a header row and a row of figures, right-aligned in columns
+JSTAT_COLUMNS = "S0C S1C S0U S1U EC EU OC OU MC MU CCSC CCSU YGC YGCT FGC FGCT CGC CGCT GCT"
+JSTAT_G1 = "".join(f"{c:>12}" for c in JSTAT_COLUMNS.split()) + "\n" + "".join(f"{v:>12}" for v in (
+    "0.0 17408.0 0.0 17408.0 278528.0 92160.0 246784.0 213643.5 202688.0 199608.5 26880.0 25442.1 "
+    "60 2.492 0 0.000 36 0.492 2.984").split()) + "\n"
+JSTAT_PARALLEL = JSTAT_G1.replace(f"{36:>12}{0.492:>12}", f"{'-':>12}{'-':>12}")
+
+
+def test_the_collections_jstat_counts_with_or_without_concurrent_cycles():
+    from bench.soak.memory import parse_jstat
+
+    assert parse_jstat(JSTAT_G1) == {"young_gcs": 60, "full_gcs": 0, "concurrent_gcs": 36, "gc_pause_s": 2.984}
+    assert parse_jstat(JSTAT_PARALLEL) == {"young_gcs": 60, "full_gcs": 0, "gc_pause_s": 2.984}
+    assert parse_jstat("") == {}
+
+
+def test_the_collections_of_a_span_are_the_counters_difference():
+    from bench.soak.analysis import gc_figures
+
+    reports = [{"at": 60.0, "young_gcs": 10, "concurrent_gcs": 2, "full_gcs": 0, "gc_pause_s": 1.0},
+               {"at": 360.0, "young_gcs": 70, "concurrent_gcs": 8, "full_gcs": 0, "gc_pause_s": 7.0},
+               {"at": 900.0, "young_gcs": 5, "gc_pause_s": 0.1}]  # after the span: left out
+    assert gc_figures(reports, 0.0, 600.0) == {"minutes": 5.0, "young_gcs": 60, "concurrent_gcs": 6,
+                                               "full_gcs": 0, "gc_pause_s": 6.0, "pause_share": 0.02}
+    assert gc_figures(reports[:1], 0.0, 600.0) == {}
