@@ -15,9 +15,13 @@ from pyspark.sql import functions as F
 
 from ingest.batch.staged import RAW, REASON, STAGE
 from ingest.errors import first_line
+from ingest.spec.columns import OP, SEQUENCE
 from ingest.spec.model import Transform
 
 Coordinate = tuple[str, int, int]
+# A change's own columns (cdc): ingest's, not the row's, so a `select` that names only the
+# row's columns keeps them, as it keeps the raw record
+CHANGE_OWN = (SEQUENCE, OP)
 
 
 def apply(decoded: DataFrame, transform: Transform | None,
@@ -46,6 +50,10 @@ def _select_and_filter(ok: DataFrame, transform: Transform, payload: list[str]) 
         else:
             expressions.append(expression)
     selected = ok.selectExpr(RAW, *expressions)
+    left_out = [f"`{name}`" for name in CHANGE_OWN if name in payload and name not in selected.columns]
+    if left_out:
+        expressions.extend(left_out)
+        selected = ok.selectExpr(RAW, *expressions)
     if not transform.where:
         return selected.select(RAW, F.lit(None).cast("string").alias(STAGE),
                                F.lit(None).cast("string").alias(REASON), *selected.columns[1:])

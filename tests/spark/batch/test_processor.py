@@ -152,6 +152,34 @@ def test_hard_deletes_log_only_in_a_batch_that_has_deletes(spark, kafka, tmp_pat
     assert sorted((r.id, r.name) for r in target.collect()) == [(2, "n2-13"), (3, "n3-14")]
 
 
+def test_a_cdc_transform_need_not_name_the_change_columns(spark, kafka, tmp_path):
+    """A `select` names the row's columns; the change's `_sequence` and `_op` are ingest's own and
+    follow it, as `_uid` and the coordinates do. Before, a select without them failed the batch
+    with an unresolved `_sequence`."""
+    from ingest.spec.model import Transform
+
+    (tmp_path / "checkpoint").mkdir()
+    (tmp_path / "checkpoint" / "metadata").write_text(json.dumps({"id": str(uuid.uuid4())}))
+    pipeline = Pipeline(
+        name="customers",
+        source=Source(kafka=KafkaSource(bootstrap_servers=kafka.bootstrap, topics=("customers",)), format="json",
+                      schema="id BIGINT, name STRING"),
+        uid=Uid(field="id"), cdc=Cdc(key=("id",)), target=Target(path=str(tmp_path / "target")),
+        transform=Transform(select=("id", "upper(name) AS name")),
+        checkpoint=str(tmp_path / "checkpoint"), dead_letter=DeadLetter(path=str(tmp_path / "dead")))
+    processor = BatchProcessor(pipeline, payload_schema(spark, pipeline))
+
+    def batch(*changes):
+        return spark.createDataFrame(list(changes), KAFKA_SCHEMA)
+
+    processor(batch(change(0, 0, "c", 1, 10), change(0, 1, "u", 1, 12), change(0, 2, "c", 2, 11)), 0)
+    processor(batch(change(0, 3, "u", 1, 11), change(0, 4, "d", 2, 13)), 1)  # 1: older than lsn 12
+
+    target = spark.read.format("delta").load(str(tmp_path / "target"))
+    assert sorted((r.id, r.name, r._sequence, r._op, r._deleted) for r in target.collect()) == [
+        (1, "N1-12", 12, "u", False), (2, "N2-11", 13, "d", True)]
+
+
 def jobs_since(spark, first_id: int) -> list[tuple[str, str]]:
     """(job group, description) of the Spark jobs with an id at or above `first_id`."""
     context = spark.sparkContext._jsc.sc()
