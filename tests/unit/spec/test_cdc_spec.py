@@ -247,3 +247,14 @@ def test_where_a_topic_declares_its_columns_cdc_key_stays_required(source):
              if p[2].startswith("cdc")]
     assert found == [("missing_key", 7 if source is CDC else 8, "cdc.key",
                       "is missing; expected a list of the row's key columns, e.g. [id]")]
+
+
+def test_plan_says_where_the_key_comes_from():
+    from ingest.cli.plan import _key_rule, _key_text, _target
+
+    pipeline = load(NO_SCHEMA.replace("cdc:\n  key: [id]\n", "cdc:\n  format: debezium\n"))
+    assert "uid: each table's key columns, from its message keys' schema" in _target(pipeline)
+    assert "kept on the table (ingest.cdc.key)" in _key_rule(pipeline)
+    assert _key_text(pipeline, ("id",)) == "(id) from the message key's schema"
+    assert _key_text(load(NO_SCHEMA), ()) == "(id) from cdc.key"
+    assert "uid: payload column id -> _uid" in _target(load(NO_SCHEMA))
