@@ -133,9 +133,10 @@ class KeyFromMessages:
               row: T.StructType) -> Pipeline:
         """`pipeline` with this batch's key as its cdc.key and uid, or why not (before anything
         of the batch is written)."""
-        if self._key is None:
-            self._key = recorded_key(session, self.pipeline)
         assert self.pipeline.cdc is not None
-        self._key = table_key(key_schemas, self.pipeline.cdc.key, self._key, row)
+        declared = self.pipeline.cdc.key
+        if self._key is None:  # cdc.key wins: the table's recorded key is not read then
+            self._key = () if declared else recorded_key(session, self.pipeline)
+        self._key = table_key(key_schemas, declared, self._key, row)
         return pipeline if pipeline.cdc is not None and pipeline.cdc.key == self._key \
             else pipeline.with_key(self._key)
