@@ -185,7 +185,7 @@ def _columns_from_messages(top: dict) -> bool:
     source = top.get("source")
     if not isinstance(source, dict):
         return False
-    return (source.get("format", "json") == "json" and source.get("schema") is None
+    return ((source.get("format") or "json") == "json" and source.get("schema") is None
             and not source.get("schemas"))
 
 
