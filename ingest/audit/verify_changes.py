@@ -39,7 +39,7 @@ from ingest.audit.verify import (
     persisted,
     read_topic,
 )
-from ingest.batch import message_columns, transform
+from ingest.batch import message_columns, message_key, transform
 from ingest.batch.formats.cdc import decode_envelope
 from ingest.batch.merge.changes import last_changes
 from ingest.batch.merge.dead_letters import FAILURE_STAGES
@@ -100,7 +100,11 @@ def verify_changes(spark, pipeline: Pipeline, only_topics: tuple[str, ...] | Non
         dead = persisted(held, copies(dead_letters(spark, pipeline, only_topics, ids), COORDINATES))
         raw = persisted(held, read_topic(spark, pipeline))
         findings = outside_ledger(pipeline, raw, beyond, exists)
-        records, counts = _records(spark, pipeline, raw, dead, scope)
+        envelopes = message_columns.envelope_schemas(raw) if pipeline.columns_from_messages else {}
+        row = _row(spark, pipeline, envelopes)
+        if pipeline.columns_from_messages:  # the key the batches took: cdc.key, or the message keys'
+            pipeline = message_columns.RowFromMessages(pipeline).keyed(spark, pipeline, envelopes, row)
+        records, counts = _records(spark, pipeline, raw, dead, scope, row)
         held.callback(records.unpersist)
         expected = _expected(records.where(F.col("__fate") == APPLIED))
         found = _found(spark, pipeline, expected.columns) if exists else None
@@ -111,25 +115,28 @@ def verify_changes(spark, pipeline: Pipeline, only_topics: tuple[str, ...] | Non
 # --- each record's fate -----------------------------------------------------------------
 
 
-def _row(spark, pipeline: Pipeline, raw: DataFrame):
+def _row(spark, pipeline: Pipeline, envelopes: dict):
     """The row's columns the batches decoded with: declared, or from the topic's messages and
-    the table. Neither a table nor a message with a schema: the key alone (each record is then
-    judged as the batch would, a dead letter without a schema)."""
+    the table (`envelopes`: the topic's schemas, `message_columns.envelope_schemas`). Neither a
+    table nor a message with a schema: the key alone (each record is then judged as the batch
+    would, a dead letter without a schema)."""
     if not pipeline.columns_from_messages:
         return payload_schema(spark, pipeline)
     try:
-        row = message_columns.columns_of(spark, pipeline, message_columns.envelope_schemas(raw))
+        row = message_columns.columns_of(spark, pipeline, envelopes)
     except message_columns.NoRowSchema:
         row = None
-    return row or StructType([StructField(key, StringType()) for key in pipeline.cdc.key])
+    key = pipeline.cdc.key or next((names for texts in envelopes.values() for text in texts.key_schemas
+                                    if (names := message_key.key_names(text))), ())
+    return row or StructType([StructField(name, StringType()) for name in key])
 
 
-def _records(spark, pipeline: Pipeline, raw: DataFrame, dead: DataFrame,
-             scope: DataFrame) -> tuple[DataFrame, dict[str, int]]:
+def _records(spark, pipeline: Pipeline, raw: DataFrame, dead: DataFrame, scope: DataFrame,
+             row) -> tuple[DataFrame, dict[str, int]]:
     """Every record of the topic, staged as the batch stages it, with its `fate`;
     persisted, by the pass that counts them (`_record_counts`). A transform that raises
     on a record makes that record a transform failure, as in the batch."""
-    decoded = decode_envelope(raw, pipeline.cdc, _row(spark, pipeline, raw), pipeline.columns_from_messages)
+    decoded = decode_envelope(raw, pipeline.cdc, row, pipeline.columns_from_messages)
     records = _judge(staged_records(decoded, pipeline), dead, scope, pipeline).persist()
     try:
         return records, _record_counts(records)

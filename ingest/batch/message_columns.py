@@ -12,6 +12,9 @@ from the table's (or between two of the batch's messages) is refused, naming the
 field and both types, unless the table's type holds the message's exactly (an int32 into a
 BIGINT) or `schema_evolution: widen` widens it.
 
+The same aggregation lists each topic's message key schemas, from which `message_key` takes a
+table's key columns where the YAML names none.
+
 The same rule as Avro through the registry, where the writer schema of each message decides
 and the reader schema is per topic (`<topic>-value`): here the schema comes with the message.
 """
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Iterable
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -27,6 +31,7 @@ from pyspark.sql import types as T
 
 from ingest.batch.formats import connect_types as C
 from ingest.batch.formats.avro import CONNECT_TYPES
+from ingest.batch.message_key import KeyFromMessages, key_row
 from ingest.batch.schema_evolution import WIDEN, SchemaChangeRefused, widens
 from ingest.errors import IngestError
 from ingest.spec.columns import CHANGE_COLUMNS, INGEST_COLUMNS
@@ -48,17 +53,36 @@ class NoRowSchema(IngestError):
     """A topic's columns come from its messages, and none of them (nor its table) gives them."""
 
 
+class TopicSchemas(list):
+    """A topic's distinct envelope schemas in a batch (the texts of `schema.fields`, sorted),
+    and in `key_schemas` its message keys' (the text of the key's `schema.fields`);
+    `tombstones_only`: no record of the topic has a value. A list of the envelope schemas, so
+    what splits a batch's topics by table passes it on as it is."""
+
+    def __init__(self, values: Iterable[str] = (), key_schemas: Iterable[str] = (),
+                 tombstones_only: bool = False):
+        super().__init__(sorted(values))
+        self.key_schemas = sorted(key_schemas)
+        self.tombstones_only = tombstones_only
+
+
 def envelope_schemas(raw: DataFrame) -> dict[str, list[str]]:
-    """Topic -> the distinct texts of its messages' envelope schemas (`schema.fields`), sorted
-    (a topic whose messages carry none: empty): one small aggregation over the batch's values."""
+    """Topic -> the distinct texts of its messages' envelope schemas and of their keys'
+    schemas, a `TopicSchemas` (a topic whose messages carry none: empty): one small
+    aggregation over the batch's keys and values."""
     text = F.get_json_object(F.col("value").cast("string"), "$.schema.fields")
-    rows = raw.groupBy("topic").agg(F.collect_set(text).alias("s")).collect()
-    return {row.topic: sorted(row.s) for row in rows}
+    key = F.get_json_object(F.col("key").cast("string"), "$.schema.fields")
+    rows = raw.groupBy("topic").agg(F.collect_set(text).alias("s"), F.collect_set(key).alias("k"),
+                                    F.max(F.col("value").isNotNull()).alias("v")).collect()
+    found: dict[str, list[str]] = {row.topic: TopicSchemas(row.s, row.k, tombstones_only=not row.v)
+                                   for row in rows}
+    return found
 
 
 def row_columns(topic: str, schemas: list[str], table: T.StructType | None, policy: str) -> T.StructType:
     """The row's columns for `topic`'s batch: the table's payload columns, then each field of the
-    messages' schemas the table lacks, in the order the schemas name them."""
+    messages' schemas the table lacks, in the order the schemas name them. A table's first batch
+    of tombstones alone (no row schema, a key schema): the key's fields, the rest comes later."""
     columns: dict[str, T.StructField] = {}
     origin: dict[str, str] = {}
     for field in (table.fields if table is not None else []):
@@ -84,6 +108,10 @@ def row_columns(topic: str, schemas: list[str], table: T.StructType | None, poli
                 f"{have.simpleString()} in {origin[key]}; a column's type may not change"
                 f"{'' if policy == WIDEN else ' (schema_evolution: widen takes a wider type)'}; "
                 "nothing of this batch was written")
+    if not columns and getattr(schemas, "tombstones_only", False):
+        for part in key_row(getattr(schemas, "key_schemas", ())):
+            name = part["field"]
+            columns[name.lower()] = T.StructField(name, spark_type(part, f"topic {topic}: key field {name}"), True)
     if not columns:
         raise NoRowSchema(
             f"topic {topic}: its columns come from its messages (cdc with format json and no "
@@ -156,11 +184,13 @@ def columns_of(session, pipeline, envelopes: dict[str, list[str]]) -> T.StructTy
 @dataclass
 class RowFromMessages:
     """A processor's row columns from batch to batch: derived again only when a batch brings an
-    envelope schema not taken in before (the target is read then, not for every batch)."""
+    envelope schema not taken in before (the target is read then, not for every batch); and its
+    key (`message_key`)."""
 
     pipeline: Pipeline
     _row: T.StructType | None = None
     _taken: frozenset = frozenset()
+    _key: KeyFromMessages | None = None
 
     def row(self, session, batch: DataFrame, envelopes: dict[str, list[str]] | None = None) -> T.StructType | None:
         if envelopes is None:
@@ -170,3 +200,11 @@ class RowFromMessages:
             return self._row
         self._row, self._taken = columns_of(session, self.pipeline, envelopes), self._taken | seen
         return self._row
+
+    def keyed(self, session, pipeline: Pipeline, envelopes: dict[str, list[str]], row: T.StructType) -> Pipeline:
+        """`pipeline` with this batch's key columns (cdc.key where the YAML names them, else
+        the message keys' schemas'), or why not, before anything of the batch is written."""
+        if self._key is None:
+            self._key = KeyFromMessages(self.pipeline)
+        key_schemas = {topic: getattr(texts, "key_schemas", []) for topic, texts in envelopes.items()}
+        return self._key.keyed(session, pipeline, key_schemas, row)

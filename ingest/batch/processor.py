@@ -34,7 +34,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from ingest.batch import lost_ranges, message_columns, schema_evolution, transform
+from ingest.batch import lost_ranges, message_columns, message_key, schema_evolution, transform
 from ingest.batch.commit import faults, ledger
 from ingest.batch.commit.conflicts import retry_conflicts
 from ingest.batch.commit.position import BatchPosition, QueryPosition
@@ -220,11 +220,14 @@ class BatchProcessor:
             if self._from_messages is not None:
                 if envelopes is None:  # listed here, then decoded: Kafka read once for both
                     batch_df = kept(batch_df, cached)
+                    envelopes = message_columns.envelope_schemas(batch_df)
                 self.schema = self._from_messages.row(session, batch_df, envelopes)
                 if self.schema is None:  # no record, no table: nothing to make the table of yet
                     log.info("%s batch %d: no record and no table yet; nothing to write", self.pipeline.name,
                              batch_id)
                     return
+                # the key columns (cdc.key, or the message keys' schemas): the uid of every row
+                self.pipeline = self._from_messages.keyed(session, self.pipeline, envelopes, self.schema)
             staged, source, summary = self._stage(batch_df, cached)  # 1-3, one pass over Kafka
             self._target_made()
             self._batch_offsets = summary.end_offsets
@@ -452,6 +455,9 @@ def decode_records(raw: DataFrame, pipeline: Pipeline, schema) -> DataFrame:
 
 def staged_records(decoded: DataFrame, pipeline: Pipeline, failed=()) -> DataFrame:
     """Transformed records with their uid; what the batch and `verify` both stage."""
+    if pipeline.key_from_messages:  # no uid before a batch has named the key (`message_key`)
+        raise message_key.NoKey(f"{pipeline.name}: the key columns are not known yet; expected them "
+                                "from the message key's schema (message_key.KeyFromMessages.keyed)")
     if not pipeline.deletes_by_tombstone:
         return with_uid(transform.apply(decoded, pipeline.transform, failed), pipeline.uid,
                         upsert_order(pipeline))

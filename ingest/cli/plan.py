@@ -146,6 +146,7 @@ def _columns_from_messages(pipeline: Pipeline) -> str:
     """cdc with json and no schema: the rule, and the columns each topic's table has taken so far
     (the topics subscribed now, each table that exists read through Delta)."""
     from ingest.batch.formats.schemas import ddl
+    from ingest.batch.merge.properties import recorded_key
     from ingest.batch.merge.target import target_schema
     from ingest.batch.message_columns import row_columns
     from ingest.kafka import admin as kafka_admin
@@ -155,7 +156,8 @@ def _columns_from_messages(pipeline: Pipeline) -> str:
     lines = ["each topic's table takes its columns from the Connect schema in the topic's messages "
              "(Debezium's JSON converter, schemas.enable=true), with the columns its table has; a field "
              f"that appears later follows schema_evolution ({pipeline.schema_evolution}), a changed type "
-             "is refused; a message without a schema is a decode dead letter"]
+             "is refused; a message without a schema is a decode dead letter",
+             _key_rule(pipeline)]
     kafka = pipeline.source.kafka
     try:
         topics = sorted(set(kafka.topics) | set(kafka_admin.partitions(kafka)))
@@ -168,10 +170,30 @@ def _columns_from_messages(pipeline: Pipeline) -> str:
         if not one.columns_from_messages:  # a topic with its own entry in source.schemas
             lines.append(f"{topic}: source.schemas.{topic}")
         elif table_exists(spark, one.target):
-            lines.append(f"{topic}: {ddl(row_columns(topic, [], target_schema(spark, one.target), 'fail'))}")
+            columns = ddl(row_columns(topic, [], target_schema(spark, one.target), 'fail'))
+            lines.append(f"{topic}: {columns}; key {_key_text(one, recorded_key(spark, one))}")
         else:
-            lines.append(f"{topic}: no table yet; its columns come with its first records")
+            lines.append(f"{topic}: no table yet; its columns{'' if one.cdc and one.cdc.key else ' and key'} "
+                         "come with its first records")
     return "\n".join(lines)
+
+
+def _key_rule(pipeline: Pipeline) -> str:
+    if pipeline.cdc is not None and pipeline.cdc.key:
+        return (f"the key: cdc.key ({', '.join(pipeline.cdc.key)}), checked against each message key's "
+                "schema where it has one")
+    return ("the key: each table's, the fields of its message keys' schema (Debezium's key converter, "
+            "schemas.enable=true), taken at its first batch and kept on the table (ingest.cdc.key); "
+            "a key that names other fields later is refused")
+
+
+def _key_text(pipeline: Pipeline, recorded: tuple[str, ...]) -> str:
+    """A table's key columns: cdc.key, or what the table recorded of its message keys' schema."""
+    if pipeline.cdc is not None and pipeline.cdc.key:
+        return f"({', '.join(pipeline.cdc.key)}) from cdc.key"
+    if recorded:
+        return f"({', '.join(recorded)}) from the message key's schema"
+    return "not recorded on the table; the next batch takes it from the message key's schema"
 
 
 def _one_reader_schema(source) -> str:
@@ -230,6 +252,8 @@ def _change_columns(pipeline: Pipeline) -> str:
 
 
 def _uid_text(pipeline: Pipeline) -> str:
+    if pipeline.key_from_messages:
+        return "each table's key columns, from its message keys' schema (Columns from the messages, above)"
     uid = pipeline.uid
     return {
         "header": f"Kafka header {uid.header!r} (UTF-8)",

@@ -29,6 +29,7 @@ from ingest.spec.model import (
     Transform,
     Trigger,
     Uid,
+    cdc_uid,
     frozen_map,
 )
 from ingest.spec.values import Check, one_of, parse_duration
@@ -56,7 +57,7 @@ def build(c: Check, raw: Any) -> Pipeline | None:
     name = _name(c, top)
     source = check_source(c, top)
     transform = _transform(c, top.get("transform"))
-    cdc = _cdc(c, top.get("cdc"))
+    cdc = _cdc(c, top.get("cdc"), _columns_from_messages(top))
     uid = _cdc_uid(c, top, cdc) if "cdc" in top else _uid(c, top)
     target = _target(c, top, cdc is not None or "cdc" in top)
     checkpoint = c.text("checkpoint", c.need(top, "", "checkpoint", "a folder for the checkpoint"),
@@ -178,21 +179,34 @@ def _target(c: Check, top: dict, with_cdc: bool) -> Target | None:
                   horizon, deletes, bool(history), frozen_map(properties))
 
 
-def _cdc(c: Check, raw: Any) -> Cdc | None:
+def _columns_from_messages(top: dict) -> bool:
+    """cdc with format json and no schema for any topic: every table's columns, and so its key,
+    may come from the messages (`Pipeline.columns_from_messages`, for each topic)."""
+    source = top.get("source")
+    if not isinstance(source, dict):
+        return False
+    return ((source.get("format") or "json") == "json" and source.get("schema") is None
+            and not source.get("schemas"))
+
+
+def _cdc(c: Check, raw: Any, columns_from_messages: bool = False) -> Cdc | None:
+    """`columns_from_messages`: cdc.key may be omitted; each table's key is then the fields of
+    its message key's schema (`batch/message_key.py`)."""
     values = c.mapping("cdc", raw, CDC_KEYS) if raw is not None else None
     if values is None:
         return None
     mark = c.mark()
     fmt = c.enum("cdc.format", values.get("format"), CDC_FORMATS, "a change data capture format",
                  default="debezium")
-    key = c.texts("cdc.key", c.need(values, "cdc", "key", "a list of the row's key columns, e.g. [id]"),
-                  "a list of the row's key columns, e.g. [id]", non_empty=True, unique=True,
-                  item="a column name")
+    expected = "a list of the row's key columns, e.g. [id]"
+    given = values.get("key") if columns_from_messages and "key" not in values \
+        else c.need(values, "cdc", "key", expected)
+    key = c.texts("cdc.key", given, expected, non_empty=True, unique=True, item="a column name")
     sequence = _cdc_sequence(c, values.get("sequence"))
     encodings = _cdc_encodings(c, values.get("encodings"))
-    if c.failed(mark) or not key:
+    if c.failed(mark) or not (key or columns_from_messages and "key" not in values):
         return None
-    return Cdc(tuple(key), fmt, sequence, frozen_map(encodings))
+    return Cdc(tuple(key or ()), fmt, sequence, frozen_map(encodings))
 
 
 SEQUENCE_ITEM = "source.<field>, ts_ms or a row column"
@@ -243,7 +257,7 @@ def _cdc_uid(c: Check, top: dict, cdc: Cdc | None) -> Uid | None:
         c.add("cdc_rules", "uid", "with cdc the uid is the row key (cdc.key); expected no uid")
     if cdc is None:
         return None
-    return Uid(field=cdc.key[0]) if len(cdc.key) == 1 else Uid(fields=cdc.key)
+    return cdc_uid(cdc.key)
 
 
 def _cdc_target_rules(c: Check, mode: str | None, target: dict) -> None:

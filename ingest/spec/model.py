@@ -6,7 +6,7 @@ reads them. Defaults below are the contract's defaults.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Mapping
 
@@ -147,6 +147,7 @@ class Target:
 class Cdc:
     """Change data capture: the envelope's format, the row key and the change order."""
 
+    # () where the key comes from the message key's schema, per table (`batch/message_key.py`)
     key: tuple[str, ...]
     format: str = "debezium"
     # None: each connector's own position (batch/formats/cdc.py); a tuple: a composite order,
@@ -159,6 +160,12 @@ class Cdc:
     def sequence_items(self) -> tuple[str, ...]:
         """What `sequence` names, one item or several; () for the connector's own order."""
         return (self.sequence,) if isinstance(self.sequence, str) else self.sequence or ()
+
+
+def cdc_uid(key: tuple[str, ...]) -> Uid:
+    """With cdc the row key is the uid: one column as it is, several hashed as uid.fields are.
+    No key yet (it comes from the message key's schema): no uid until a batch names it."""
+    return Uid(field=key[0]) if len(key) == 1 else Uid(fields=key)
 
 
 # what `cdc.encodings` accepts: Kafka Connect's and Debezium's logical type names, and the
@@ -264,6 +271,17 @@ class Pipeline:
         """cdc with format json and no schema for the topic: the row's columns come from the
         Connect schema in each message (`batch/formats/message_columns.py`)."""
         return self.cdc is not None and self.source.format == "json" and self.source.schema is None
+
+    @property
+    def key_from_messages(self) -> bool:
+        """cdc without cdc.key: each table's key columns are the fields of its message key's
+        schema, found at its first batch (`batch/message_key.py`); until then there is no uid."""
+        return self.cdc is not None and not self.cdc.key
+
+    def with_key(self, key: tuple[str, ...]) -> Pipeline:
+        """This pipeline with `key` as its cdc.key, and so its uid."""
+        assert self.cdc is not None
+        return replace(self, cdc=replace(self.cdc, key=key), uid=cdc_uid(key))
 
     @property
     def records_data_loss(self) -> bool:

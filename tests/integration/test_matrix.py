@@ -90,6 +90,10 @@ class Kind:
         """What a record's JSON value holds: the payload, or a wrapper around it."""
         return payload
 
+    def wire_key(self, key: str) -> str:
+        """What a record's Kafka key holds: the key, or a wrapper around it."""
+        return key
+
 
 def rows(spark, path: str, *columns: str) -> list[tuple]:
     return sorted((tuple(r) for r in table(spark, path).select(*columns).collect()), key=repr)
@@ -315,12 +319,19 @@ class History(Changes):
 
 
 class ChangesWithTheirSchema(Changes):
-    """The cdc kind with no schema in the YAML: each value is Debezium's {schema, payload}
-    (schemas.enable=true) and the table takes its columns from it."""
+    """The cdc kind with no schema and no key in the YAML: each value and each key is Debezium's
+    {schema, payload} (schemas.enable=true); the table takes its columns from the values' schema
+    and its key from the keys' schema."""
     name = "cdc_messages"
 
     def spec(self) -> dict:
-        return {**super().spec(), "source": {}}
+        spec = super().spec()
+        return {**spec, "source": {}, "cdc": {k: v for k, v in spec["cdc"].items() if k != "key"}}
+
+    def wire_key(self, key: str) -> str:
+        schema = {"type": "struct", "optional": False, "name": "db.public.customers.Key",
+                  "fields": [{"type": "int64", "optional": False, "field": "id"}]}
+        return json.dumps({"schema": schema, "payload": json.loads(key)})
 
     def wire(self, payload: dict) -> dict:
         row = {"type": "struct", "optional": True, "name": "db.public.customers.Value",
@@ -403,7 +414,7 @@ def produce(producer: Producer, cell: Cell, phase_of: dict[str, list[Record]]) -
     for topic, records in phase_of.items():
         for r in records:
             producer.produce(topic, value=cell.encode(topic, r), partition=r.partition,
-                             key=None if r.key is None else r.key.encode(),
+                             key=None if r.key is None else cell.kind.wire_key(r.key).encode(),
                              headers=[("message-id", r.uid.encode())] if r.uid else [])
     assert producer.flush(30) == 0
 

@@ -1,9 +1,11 @@
 """A whole database in one job: a pattern over a connector's table topics, a table per topic,
-and no schema in the YAML: each table's columns come from the Connect schema in its messages.
+and no schema and no key in the YAML: each table's columns come from the Connect schema in its
+messages, its key columns from the schema in its message keys.
 
 The envelopes are the SQL Server connector's documented create event with its schema
 (tests/data/debezium/sqlserver-customers.txt names its source), its payload varied per change;
-the decimal and instant fields added to one table are Connect's as Debezium writes them."""
+the keys its documented key of the same table (tests/data/debezium/keys.txt), its payload varied
+likewise; the decimal and instant fields added to one table are Connect's as Debezium writes them."""
 
 from __future__ import annotations
 
@@ -32,6 +34,8 @@ from tests.integration.test_cdc_debezium import documented_events, unscaled
 
 TABLES = 30
 DOCUMENTED = json.loads(documented_events("sqlserver-customers.txt")["create"][0])
+KEY = json.loads((Path(__file__).parents[1] / "data" / "debezium" / "keys.txt").read_text()
+                 .split("\n## sqlserver customers: ")[1].split("\n", 1)[1].split("\n## ")[0])
 TIER = {"type": "string", "optional": True, "field": "tier"}
 PRICE = {"type": "bytes", "optional": True, "name": "org.apache.kafka.connect.data.Decimal", "version": 1,
          "parameters": {"scale": "2", "connect.decimal.precision": "19"}, "field": "totalprice"}
@@ -64,6 +68,11 @@ def event(op: str, row: dict | None, before: dict | None, n: int, schema: dict |
                       else payload).encode()
 
 
+def key(n: int, schema: dict | None = None) -> bytes:
+    """The documented key (its schema, a struct of the primary key's fields) of row `n`."""
+    return json.dumps({"schema": schema or KEY["schema"], "payload": {"id": n}}).encode()
+
+
 def person(key: int, name: str, **more) -> dict:
     return {"id": key, "first_name": name, "last_name": "Doe", "email": f"{name}@example.org", **more}
 
@@ -76,12 +85,12 @@ def changes(shaped: tuple = ()) -> list[tuple[bytes, bytes | None]]:
 
     def row(key, name):
         return person(key, name, **values)
-    return [(b'{"id":1}', event("u", row(1, "ann2"), row(1, "ann"), 30, schema)),
-            (b'{"id":1}', event("r", row(1, "ann"), None, 10, schema)),
-            (b'{"id":2}', event("c", row(2, "bob"), None, 20, schema)),
-            (b'{"id":2}', event("d", None, row(2, "bob"), 40, schema)),
-            (b'{"id":2}', None),
-            (b'{"id":3}', event("c", row(3, "cy"), None, 50, schema))]
+    return [(key(1), event("u", row(1, "ann2"), row(1, "ann"), 30, schema)),
+            (key(1), event("r", row(1, "ann"), None, 10, schema)),
+            (key(2), event("c", row(2, "bob"), None, 20, schema)),
+            (key(2), event("d", None, row(2, "bob"), 40, schema)),
+            (key(2), None),
+            (key(3), event("c", row(3, "cy"), None, 50, schema))]
 
 
 def send(kafka, topic: str, records) -> None:
@@ -92,11 +101,11 @@ def send(kafka, topic: str, records) -> None:
 
 
 def pipeline_file(folder: Path, name: str, pattern: str, **more) -> Path:
-    """A whole-database pipeline: a pattern, a table per topic, cdc, and no schema."""
+    """A whole-database pipeline: a pattern, a table per topic, cdc, and no schema nor key."""
     document = {
         "name": name,
         "source": {"kafka": {"bootstrap_servers": "${KAFKA_BOOTSTRAP}", "pattern": pattern}, "format": "json"},
-        "cdc": {"format": "debezium", "key": ["id"]},
+        "cdc": {"format": "debezium"},
         "target": {"path": str(folder / "tables" / "${topic}")},
         "checkpoint": str(folder / "checkpoints" / name),
         "dead_letter": {"path": str(folder / "dead_letter" / "${topic}")},
@@ -129,11 +138,14 @@ def test_a_database_of_30_tables_without_a_schema_a_table_added_and_a_field_adde
         send(kafka, topic, changes(((PRICE, unscaled(Decimal("39.98"), 2)), (ORDERED, 1548936781000123),
                                     (RATE, {"scale": 3, "value": unscaled(Decimal("-1.125"), 3)}))
                                    if topic == priced else ()))
+    gone = f"{prefix}.dbo.gone"  # a table whose rows were all deleted, its topic compacted: tombstones only
+    create_topic(kafka.client_config(), gone)
+    send(kafka, gone, [(key(8), None), (key(9), None)])
     file = pipeline_file(tmp_path, "wholedb", rf"{prefix}\.dbo\..*",
                          trigger={"processing_time": "1 second"})
     loaded = load_file(file, environ={"KAFKA_BOOTSTRAP": kafka.bootstrap}).pipeline
-    assert loaded.source.schema is None and loaded.columns_from_messages
-    path = {t: str(tmp_path / "tables" / t.replace(".", "_")) for t in topics}
+    assert loaded.source.schema is None and loaded.columns_from_messages and loaded.key_from_messages
+    path = {t: str(tmp_path / "tables" / t.replace(".", "_")) for t in [*topics, gone]}
     expected = [(1, "ann2"), (3, "cy")]
 
     query, _ = start_query(spark, loaded)
@@ -144,7 +156,7 @@ def test_a_database_of_30_tables_without_a_schema_a_table_added_and_a_field_adde
         send(kafka, late, changes())
         path[late] = str(tmp_path / "tables" / late.replace(".", "_"))
         grown = topics[5]  # a column added to one source table
-        send(kafka, grown, [(b'{"id":4}', event("c", person(4, "dee", tier="gold"), None, 60, schema_with(TIER)))])
+        send(kafka, grown, [(key(4), event("c", person(4, "dee", tier="gold"), None, 60, schema_with(TIER)))])
         # the source finds the new topic at a later trigger: its table's first commit, then the rest
         wait_for(lambda: (Path(path[late]) / "_delta_log").exists(), 600, "the new topic's table")
         query.processAllAvailable()
@@ -161,6 +173,11 @@ def test_a_database_of_30_tables_without_a_schema_a_table_added_and_a_field_adde
     assert types(spark, path[priced])["totalprice"] == "decimal(19,2)"
     assert types(spark, path[priced])["ordered"] == "timestamp"
     assert types(spark, path[priced])["rate"] == "string"
+    assert (DeltaTable.forPath(spark, path[topics[0]]).detail().first().properties or {}).get(
+        "ingest.cdc.key") == '["id"]'
+    # tombstones alone: the table is made with the key's columns, and holds no row
+    assert {k: v for k, v in types(spark, path[gone]).items() if not k.startswith("_")} == {"id": "int"}
+    assert live(spark, path[gone], "id") == []
     assert live(spark, path[priced], "id, totalprice, ordered, rate") == [
         (1, Decimal("39.98"), datetime(2019, 1, 31, 12, 13, 1, 123), "-1.125"),
         (3, Decimal("39.98"), datetime(2019, 1, 31, 12, 13, 1, 123), "-1.125")]
@@ -168,7 +185,8 @@ def test_a_database_of_30_tables_without_a_schema_a_table_added_and_a_field_adde
     code = main(["plan", str(file)])
     shown = capsys.readouterr().out
     assert code == 0
-    assert f"{grown}: `id` INT, `first_name` STRING, `last_name` STRING, `email` STRING, `tier` STRING" in shown
+    assert (f"{grown}: `id` INT, `first_name` STRING, `last_name` STRING, `email` STRING, `tier` STRING; "
+            "key (id) from the message key's schema") in shown
     assert f"{priced}: `id` INT, `first_name` STRING, `last_name` STRING, `email` STRING, " \
            "`totalprice` DECIMAL(19,2), `ordered` TIMESTAMP, `rate` STRING" in shown
 
@@ -195,6 +213,8 @@ def test_a_crash_between_two_tables_then_a_lost_checkpoint_without_a_schema(spar
     assert code == 0, said[-3000:]
     shutil.rmtree(tmp_path / "checkpoints")
     for topic in topics:
+        # keys without a schema (schemas.enable=false on the key converter): each table's key is
+        # the one it recorded, read back by the run that starts from the Delta logs
         send(kafka, topic, [(b'{"id":5}', event("c", person(5, "eve"), None, 70))])
     code, said = ingest_run(file, capsys)
     assert code == 0, said[-3000:]
@@ -249,11 +269,21 @@ def test_one_topic_into_one_table_without_a_schema(spark, kafka, tmp_path, monke
                          dead_letter={"path": str(tmp_path / "dead_letter" / "one")})
     code, said = ingest_run(file, capsys)
     assert code == 0, said[-3000:]
-    send(kafka, topic, [(b'{"id":4}', event("c", person(4, "dee", tier="gold"), None, 60, schema_with(TIER)))])
+    send(kafka, topic, [(key(4), event("c", person(4, "dee", tier="gold"), None, 60, schema_with(TIER)))])
     code, said = ingest_run(file, capsys)
     assert code == 0, said[-3000:]
     assert live(spark, str(tmp_path / "tables" / "one"), "id, first_name, tier") == [
         (1, "ann2", None), (3, "cy", None), (4, "dee", "gold")]
+
+    # the source table's key changed (another primary key): refused, naming the topic and both keys
+    wider = {**KEY["schema"], "fields": [*KEY["schema"]["fields"],
+                                         {"type": "string", "optional": False, "field": "email"}]}
+    send(kafka, topic, [(key(7, wider), event("c", person(7, "gil"), None, 90))])
+    code, said = ingest_run(file, capsys)
+    assert code == 1
+    assert (f"topic {topic}: the message key's schema names [id, email], the table's key is [id]; a table's "
+            "key may not change") in said, said[-3000:]
+    assert live(spark, str(tmp_path / "tables" / "one")) == [(1, "ann2"), (3, "cy"), (4, "dee")]
 
 
 def test_a_transform_over_the_columns_from_the_messages(spark, kafka, tmp_path, monkeypatch, capsys):
@@ -267,7 +297,7 @@ def test_a_transform_over_the_columns_from_the_messages(spark, kafka, tmp_path, 
                          transform={"select": ["*", "upper(first_name) AS shout"]})
     code, said = ingest_run(file, capsys)
     assert code == 0, said[-3000:]
-    send(kafka, topic, [(b'{"id":4}', event("c", person(4, "dee", tier="gold"), None, 60, schema_with(TIER)))])
+    send(kafka, topic, [(key(4), event("c", person(4, "dee", tier="gold"), None, 60, schema_with(TIER)))])
     code, said = ingest_run(file, capsys)
     assert code == 0, said[-3000:]
     assert live(spark, str(tmp_path / "tables" / "one"), "id, first_name, shout") == [

@@ -96,7 +96,7 @@ def test_a_delta_table_is_opened_by_name_or_path_in_one_module():
 # the commits (txn id, conflicts, crash points), the record steps, the MERGE, and the
 # batch itself. A district may import its own tier and the tiers below it.
 BATCH_TIERS = [{"staged"}, {"formats"}, {"commit"}, {"transform", "uid", "schema_evolution"}, {"merge"},
-               {"lost_ranges", "processor", "routing", "message_columns"}]
+               {"lost_ranges", "processor", "routing", "message_columns", "message_key"}]
 
 
 def batch_tier(module: str) -> int:

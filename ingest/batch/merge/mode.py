@@ -12,7 +12,7 @@ from pyspark.sql import DataFrame
 
 from ingest.batch.merge import changes, delete_log, history, tombstones
 from ingest.batch.merge.clauses import to_sql
-from ingest.batch.merge.properties import evolution_properties
+from ingest.batch.merge.properties import evolution_properties, key_property
 from ingest.batch.merge.target import MergeResult, create_table, target_rows
 from ingest.batch.merge.upsert import merge_batch
 from ingest.batch.staged import KEEP
@@ -44,7 +44,7 @@ def create_tables(session, pipeline: Pipeline, rows: DataFrame) -> None:
     """The target and, with hard deletes, its delete log, if no one has made them yet.
     Outside the txn id: a create under it would make the batch's MERGE look done."""
     if not table_exists(session, pipeline.target):
-        create_table(session, pipeline.target, rows, evolution_properties(pipeline))
+        create_table(session, pipeline.target, rows, {**evolution_properties(pipeline), **key_property(pipeline)})
     if pipeline.keeps_delete_log:
         if pipeline.deletes_by_tombstone:  # a tombstone's order_by is its logged sequence
             rows = rows.withColumn(changes.SEQUENCE, rows[f"`{pipeline.target.order_by}`"])

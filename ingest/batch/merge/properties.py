@@ -14,6 +14,7 @@ older readers, and a user should decide that outside a pipeline run.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +50,30 @@ def ingest_properties(target: Target) -> dict[str, str]:
     whole file again; off for insert_only, which never changes a row."""
     return {"delta.checkpointInterval": str(TABLE_CHECKPOINT_INTERVAL),
             DELETION_VECTORS: "true" if target.mode == "upsert" else "false"}
+
+
+# a cdc table's key columns where its columns come from the messages, as a JSON list
+# (`batch/message_key.py`): a later run and `ingest plan` read the key the table was made with
+KEY_PROPERTY = "ingest.cdc.key"
+
+
+def key_property(pipeline: Pipeline) -> dict[str, str]:
+    """What a cdc table whose columns come from the messages keeps of its key, at creation."""
+    if not pipeline.columns_from_messages or pipeline.cdc is None or not pipeline.cdc.key:
+        return {}
+    return {KEY_PROPERTY: json.dumps(list(pipeline.cdc.key))}
+
+
+def recorded_key(session, pipeline: Pipeline) -> tuple[str, ...]:
+    """The key columns the table was made with (KEY_PROPERTY); () for a table not made yet,
+    or made without it."""
+    if not table_exists(session, pipeline.target):
+        return ()
+    try:
+        names = json.loads(current(session, pipeline.target).get(KEY_PROPERTY) or "[]")
+    except ValueError:
+        return ()
+    return tuple(name for name in names if isinstance(name, str)) if isinstance(names, list) else ()
 
 
 def evolution_properties(pipeline: Pipeline) -> dict[str, str]:

@@ -221,3 +221,40 @@ def test_cdc_with_json_may_omit_the_schema_its_columns_then_come_from_the_messag
     assert not load(CDC).columns_from_messages
     assert problems(CDC.replace('  schema: "id BIGINT, name STRING, email STRING, updated_at TIMESTAMP"\n', "")
                     .replace("cdc:\n  key: [id]\n", "uid: {field: id}\n"))[0][:3] == ("schema_rules", 2, "source")
+
+
+NO_SCHEMA = CDC.replace('  schema: "id BIGINT, name STRING, email STRING, updated_at TIMESTAMP"\n', "")
+
+
+def test_without_a_schema_cdc_key_may_be_omitted_the_key_then_comes_from_the_message_key():
+    pipeline = load(NO_SCHEMA.replace("cdc:\n  key: [id]\n", "cdc:\n  format: debezium\n"))
+    assert pipeline.cdc.key == () and pipeline.key_from_messages and pipeline.columns_from_messages
+    assert "key" not in to_document(pipeline)["cdc"]  # the resolved spec loads back the same
+    assert load(to_yaml(to_document(pipeline))).cdc == pipeline.cdc
+    keyed = pipeline.with_key(("id", "region"))
+    assert keyed.cdc.key == ("id", "region") and keyed.uid == Uid(fields=("id", "region"))
+    assert not keyed.key_from_messages
+    assert not load(NO_SCHEMA).key_from_messages  # cdc.key given: it wins
+
+
+@pytest.mark.parametrize("source", [
+    CDC,  # a declared schema
+    NO_SCHEMA.replace("    topics: [db.public.customers]\n",
+                      "    topics: [db.public.customers]\n  schemas:\n    db.public.customers: \"id BIGINT\"\n"),
+], ids=["schema", "schemas"])
+def test_where_a_topic_declares_its_columns_cdc_key_stays_required(source):
+    found = [p for p in problems(source.replace("cdc:\n  key: [id]\n", "cdc:\n  format: debezium\n"))
+             if p[2].startswith("cdc")]
+    assert found == [("missing_key", 7 if source is CDC else 8, "cdc.key",
+                      "is missing; expected a list of the row's key columns, e.g. [id]")]
+
+
+def test_plan_says_where_the_key_comes_from():
+    from ingest.cli.plan import _key_rule, _key_text, _target
+
+    pipeline = load(NO_SCHEMA.replace("cdc:\n  key: [id]\n", "cdc:\n  format: debezium\n"))
+    assert "uid: each table's key columns, from its message keys' schema" in _target(pipeline)
+    assert "kept on the table (ingest.cdc.key)" in _key_rule(pipeline)
+    assert _key_text(pipeline, ("id",)) == "(id) from the message key's schema"
+    assert _key_text(load(NO_SCHEMA), ()) == "(id) from cdc.key"
+    assert "uid: payload column id -> _uid" in _target(load(NO_SCHEMA))
