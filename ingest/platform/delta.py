@@ -81,8 +81,9 @@ def set_table_properties(session, where: Located, values: Mapping[str, str]) -> 
 
 
 def sql_name_of(where: Located) -> str:
-    """The table as SQL names it: its catalog name, or delta.`path`."""
-    return where.table or "delta.`" + (where.path or "").replace("`", "``") + "`"
+    """The table as SQL names it: its catalog name, or delta.`path` (a local path absolute, as
+    the table is made there: `builder_location`)."""
+    return where.table or "delta.`" + builder_location(where.path or "").replace("`", "``") + "`"
 
 
 def _sql_text(text: str) -> str:

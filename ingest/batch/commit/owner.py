@@ -54,16 +54,8 @@ def creation_properties(pipeline: str) -> dict[str, str]:
 
 
 def hand_over_sql(table: Located, pipeline: str) -> str:
-    """The statement that gives the table to `pipeline` (its owner stopped first), to paste:
-    a local path absolute, as `ingest` makes the table there."""
-    shown = _Where(table.table, shown_location(table.path) if table.path else None)
-    return f"ALTER TABLE {sql_name_of(shown)} SET TBLPROPERTIES ('{OWNER}' = '{pipeline}')"
-
-
-@dataclass(frozen=True)
-class _Where:
-    table: str | None
-    path: str | None
+    """The statement that gives the table to `pipeline` (its owner stopped first), to paste."""
+    return f"ALTER TABLE {sql_name_of(table)} SET TBLPROPERTIES ('{OWNER}' = '{pipeline}')"
 
 
 @dataclass
