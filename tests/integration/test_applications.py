@@ -8,6 +8,7 @@ import shutil
 import uuid
 
 from ingest.batch.commit import ledger
+from ingest.cli import main
 from ingest.kafka.local_broker import create_topic
 from tests.integration.conftest import ingest_run, table
 from tests.integration.processes import write_pipeline
@@ -70,6 +71,9 @@ def test_applications_over_disjoint_patterns_share_a_root_and_one_that_overlaps_
         assert refused + when in said, said[-3000:]
         assert uids_in(spark, tables["a1"]) == sorted(f"{topics['a1']}-{i}" for i in range(5))
         assert writers(spark, tables["a1"]) == {"shop_a"}
+    assert main(["status", str(shop_c)]) == 1  # and its status says why
+    assert (f"warning: the target {tables['a1']} is written by pipeline shop_a (table property {OWNER}), "
+            "not by shop_c: `ingest run` refuses it") in capsys.readouterr().out
 
     # the owner goes on, even from a lost checkpoint: a1 holds each of its records once
     shutil.rmtree(tmp_path / "checkpoints" / "shop_a")
