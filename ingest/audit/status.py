@@ -12,11 +12,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 
 from ingest.batch.commit import ledger
+from ingest.batch.commit.owner import OWNER
 from ingest.errors import IngestError
 from ingest.kafka import admin as kafka_admin
 from ingest.kafka.checkpoint import CheckpointState, read_state
 from ingest.kafka.offsets import Offsets
-from ingest.platform.delta import at_location, table_exists
+from ingest.platform.delta import at_location, table_exists, table_property
 from ingest.spec.locations import shown_location
 from ingest.spec.model import Pipeline
 
@@ -94,6 +95,7 @@ def status(spark, pipeline: Pipeline, only_topics: tuple[str, ...] | None = None
     book = _read_ledger(spark, pipeline) if exists else _Ledger({}, None)
     partitions = _partitions(pipeline, marks, state, book.offsets)
     findings = _findings(pipeline, partitions, state, exists, book, kafka_error is None)
+    findings += _writer(pipeline, table_property(spark, pipeline.target, OWNER) if exists else None)
     return StatusReport(
         pipeline=pipeline.name, checkpoint=shown_location(pipeline.checkpoint),
         target=shown_location(pipeline.target.location),
@@ -231,6 +233,16 @@ def _overall(pipeline: Pipeline, state: CheckpointState, exists: bool, book: _Le
                                       "from the checkpoint and does not re-read earlier records (remove the "
                                       "checkpoint too to re-ingest)"))
     return found
+
+
+def _writer(pipeline: Pipeline, owner: str | None) -> list[Finding]:
+    """The target written by another pipeline (`batch.commit.owner`): `run` refuses it."""
+    if owner is None or owner == pipeline.name:
+        return []
+    return [Finding(WARNING, f"the target {shown_location(pipeline.target.location)} is written by pipeline "
+                             f"{owner} (table property {OWNER}), not by {pipeline.name}: `ingest run` refuses "
+                             "it. Two applications' patterns match its topic, or two topics render to it; "
+                             "docs/many-topics.md says how to split them or hand the table over")]
 
 
 def _checkpoint_vs_delta(pipeline: Pipeline, p: PartitionStatus, exists: bool,

@@ -10,8 +10,9 @@ does", top to bottom:
      uids and the MERGE bounds.
      Then the batch's position (`commit.position`): the range Spark planned,
      the topic ids and the txn id, and a batch id the target has already
-     committed checked to be the same range; then the ranges retention lost
-     (on_data_loss: record).
+     committed checked to be the same range; the target made if it is not
+     yet, and checked to be this pipeline's to write (`commit.owner`); then
+     the ranges retention lost (on_data_loss: record).
 4.   the failed records, only when there are some, to the dead letters (read
      again from Kafka: nothing is kept for them in a batch without failures);
      then one MERGE from the cached source under the idempotent txn id with
@@ -37,6 +38,7 @@ from pyspark.sql.types import StructType
 from ingest.batch import lost_ranges, message_columns, message_key, schema_evolution, transform
 from ingest.batch.commit import faults, ledger
 from ingest.batch.commit.conflicts import retry_conflicts
+from ingest.batch.commit.owner import OwnerCheck
 from ingest.batch.commit.position import BatchPosition, QueryPosition
 from ingest.batch.commit.warm_state import StateWarmer
 from ingest.batch.formats.cdc import decode_envelope
@@ -145,6 +147,7 @@ class BatchProcessor:
     # (batch id, end offsets if known, error) of the batch that failed, for the run's message
     failure: tuple | None = None
     position: QueryPosition = field(init=False)  # where the query is, kept from batch to batch
+    owner: OwnerCheck = field(init=False)  # the target is this pipeline's to write
     _target_ready: bool = False
     _batch_offsets: dict | None = None
     _accepted_columns: StructType | None = None  # the batch columns last checked against the target
@@ -154,6 +157,7 @@ class BatchProcessor:
 
     def __post_init__(self) -> None:
         self.position = QueryPosition(self.pipeline, self.table_key)
+        self.owner = OwnerCheck(self.pipeline.name, self.pipeline.target)
         if self.pipeline.columns_from_messages:
             self._from_messages = message_columns.RowFromMessages(self.pipeline)
 
@@ -233,8 +237,9 @@ class BatchProcessor:
             self._batch_offsets = summary.end_offsets
             position = self.position.batch(session, batch_id, summary)
             position.check_replay(session)  # before anything of the batch is written
-            self._record_lost(session, position, summary)
             rows = self._rows(session, source)
+            self._claim_target(session, rows)  # this pipeline's table, or nothing is written
+            self._record_lost(session, position, summary)
             self._write_dead_letters(staged, summary, position)
             merged = self._merge(session, rows, summary, position)  # 4
             position.check_skipped(session, merged.skipped)
@@ -319,10 +324,14 @@ class BatchProcessor:
                             f"{self.pipeline.dead_letter.location}")
         faults.point("after_dead_letter", batch_id)
 
-    def _merge(self, session, rows: DataFrame, summary: BatchSummary, position: BatchPosition) -> MergeResult:
-        batch_id = position.batch_id
+    def _claim_target(self, session, rows: DataFrame) -> None:
+        """The target made if it is not yet (naming this pipeline), then checked to be its."""
         if not self._target_ready:
             self._ready_target(session, rows)
+        self.owner.check(session)
+
+    def _merge(self, session, rows: DataFrame, summary: BatchSummary, position: BatchPosition) -> MergeResult:
+        batch_id = position.batch_id
         assert self._warmer is not None
         self._warmer.join()
         # Even with no rows: the commit Delta makes for it (a SetTransaction and the
@@ -333,8 +342,8 @@ class BatchProcessor:
                 return merge_mode.merge(session, rows, self.pipeline, summary.bounds if self.bounded else {},
                                         logs_deletes=summary.deletes > 0)
 
-        merged = retry_conflicts(attempt, f"{self.pipeline.name} batch {batch_id}: MERGE into "
-                                          f"{self.pipeline.target.location}")
+        merged = retry_conflicts(self.owner.rechecked(session, attempt),  # the owner checked again on a retry
+                                 f"{self.pipeline.name} batch {batch_id}: MERGE into {self.pipeline.target.location}")
         faults.point("after_target_commit", batch_id)
         self._warmer.start()
         return merged

@@ -63,6 +63,7 @@ def _property_changes(pipeline: Pipeline) -> list[str]:
 
 
 def _properties(pipeline: Pipeline) -> str:
+    from ingest.batch.commit.owner import OWNER
     from ingest.batch.merge.properties import ingest_properties
 
     def listed(values) -> str:
@@ -70,7 +71,9 @@ def _properties(pipeline: Pipeline) -> str:
 
     lines = [f"target, at creation: ingest's {listed(ingest_properties(pipeline.target))} (where the session "
              f"has no default), then the pipeline's {listed(pipeline.target.properties)}",
-             f"dead letters, at creation: the pipeline's {listed(pipeline.dead_letter.properties)}"]
+             f"dead letters, at creation: the pipeline's {listed(pipeline.dead_letter.properties)}",
+             f"target, its writer: {OWNER}={pipeline.name}, set at creation (a table made before is "
+             f"adopted), checked before each batch: a table another pipeline writes is refused"]
     return "\n".join(lines + [f"on the tables now: {line}" for line in _property_changes(pipeline)])
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Protocol
+from typing import Mapping, Protocol
 
 from ingest.platform.connect import is_connect
 from ingest.platform.files import local_path
@@ -60,6 +60,34 @@ def latest_transactions(session, log):
     """The txn app ids and versions of the table's latest snapshot (a JVM map), which Delta
     aggregates from the table's state once per snapshot."""
     return latest_snapshot(session, log).transactions()
+
+
+def table_property(session, where: Located, key: str, log=None) -> str | None:
+    """A property of the table's latest version. On a classic session it is read from the
+    latest snapshot's metadata (`log`: the table's DeltaLog, kept by a caller that asks
+    often): a listing of the log and no Spark job, and the snapshot the next commit
+    starts from. On Spark Connect, DESCRIBE DETAIL."""
+    if is_connect(session):
+        row = delta_table(session, where).detail().select("properties").first()
+        return (dict(row.properties or {}) if row else {}).get(key)
+    found = latest_snapshot(session, log or delta_log(session, where)).metadata().configuration().get(key)
+    return str(found.get()) if found.isDefined() else None
+
+
+def set_table_properties(session, where: Located, values: Mapping[str, str]) -> None:
+    """ALTER TABLE ... SET TBLPROPERTIES: one commit, keys not named left as they are."""
+    assignments = ", ".join(f"{_sql_text(key)} = {_sql_text(value)}" for key, value in values.items())
+    session.sql(f"ALTER TABLE {sql_name_of(where)} SET TBLPROPERTIES ({assignments})")
+
+
+def sql_name_of(where: Located) -> str:
+    """The table as SQL names it: its catalog name, or delta.`path` (a local path absolute, as
+    the table is made there: `builder_location`)."""
+    return where.table or "delta.`" + builder_location(where.path or "").replace("`", "``") + "`"
+
+
+def _sql_text(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def checkpoint_position(log, snapshot) -> tuple[int, int, int]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ingest.batch.commit import ledger
+from ingest.batch.commit.owner import OwnerCheck
 from ingest.batch.lost_ranges import Gap
 from ingest.errors import IngestError
 from ingest.kafka import admin as kafka_admin
@@ -66,6 +67,7 @@ def plan_start(spark, pipeline: Pipeline, watermarks: dict[str, dict[int, tuple[
             f"{state.last_committed_batch}, but the target {shown_location(pipeline.target.location)} does not exist "
             "(dropped, or its path or name changed); restore the table (or point target at it), "
             "or to load the topic again into a new table delete the checkpoint too")
+    _check_owners(spark, pipeline, watermarks)
     _check_offset_log(spark, pipeline, state, watermarks)
     topic_ids = kafka_admin.topic_ids(pipeline.source.kafka, watermarks) if watermarks else {}
     cleared = []
@@ -95,11 +97,7 @@ def _check_offset_log(spark, pipeline: Pipeline, state, watermarks) -> None:
         highest = state.last_committed_batch + 1
     else:  # a first batch planned (offsets/0) may have committed before the run was killed
         highest = -1 if state.planned_batch is None else 0
-    tables = ([(None, pipeline)] if not template.is_per_topic(pipeline) else
-              [(table, template.for_topic(pipeline, topics[0]))
-               for table, topics in sorted(template.tables_of(pipeline, watermarks or {}).items())])
-    for table, one in tables:
-        target = one.target
+    for table, target in _targets(pipeline, watermarks):
         if not table_exists(spark, target):
             continue
         app = ledger.app_id(pipeline.name, query_id, table)
@@ -115,6 +113,25 @@ def _check_offset_log(spark, pipeline: Pipeline, state, watermarks) -> None:
             f"query id) was kept: Spark would give new ranges batch ids the table has committed, Delta "
             f"would skip them and their records would be lost. Delete the whole checkpoint folder: the "
             f"next run resumes from the offsets recorded in {target.location} with a new app id.")
+
+
+def _targets(pipeline: Pipeline, watermarks) -> list[tuple[str | None, Target]]:
+    """(table key, target) of each table the pipeline writes; with a table per topic, those of
+    the topics in `watermarks` (the key is part of the table's txn app id)."""
+    if not template.is_per_topic(pipeline):
+        return [(None, pipeline.target)]
+    return [(table, template.for_topic(pipeline, topics[0]).target)
+            for table, topics in sorted(template.tables_of(pipeline, watermarks or {}).items())]
+
+
+def _check_owners(spark, pipeline: Pipeline, watermarks) -> None:
+    """Each of its tables that exists is this pipeline's to write (`batch.commit.owner`): a run
+    refused for one that another pipeline writes stops before its query plans a batch, so
+    once its pattern is fixed it runs again as it is. A table made later is checked by the
+    batch that first writes it."""
+    for _, target in _targets(pipeline, watermarks):
+        if table_exists(spark, target):
+            OwnerCheck(pipeline.name, target).check(spark, before_start=True)
 
 
 def _clear_interrupted_first_batch(spark, pipeline: Pipeline) -> list[str]:

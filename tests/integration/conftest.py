@@ -194,9 +194,9 @@ def queries_stopped_after(spark, timeout: float):
         watchdog.cancel()
 
 
-def ingest_run(pipeline_file, capsys, timeout: float = 900) -> tuple[int, str]:
-    """`ingest run FILE --once` as cli.main runs it, on this process's session (the test sets
-    the file's variables, KAFKA_BOOTSTRAP, in the environment): its exit code and what it printed."""
+def ingest_run(pipeline_file, capsys, timeout: float = 900, options: tuple[str, ...] = ()) -> tuple[int, str]:
+    """`ingest run FILE --once [options]` as cli.main runs it, on this process's session (the test
+    sets the file's variables, KAFKA_BOOTSTRAP, in the environment): its exit code and what it printed."""
     from pyspark.sql import SparkSession
 
     from ingest.cli import main
@@ -204,7 +204,7 @@ def ingest_run(pipeline_file, capsys, timeout: float = 900) -> tuple[int, str]:
     spark = SparkSession.getActiveSession()
     assert spark is not None, "ingest_run runs on the shared session: the test needs the spark fixture"
     with queries_stopped_after(spark, timeout) as timed_out:
-        code = main(["run", str(pipeline_file), "--once"])
+        code = main(["run", str(pipeline_file), "--once", *options])
     said = capsys.readouterr()
     assert not timed_out, f"ingest run still running after {timeout:.0f}s:\n{(said.out + said.err)[-3000:]}"
     return code, said.out + said.err

@@ -18,6 +18,7 @@ from deltalake import QueryBuilder
 
 import ingest
 from ingest.batch.commit import faults
+from ingest.batch.commit.owner import OWNER
 from ingest.cli import main
 from ingest.spec.document import to_document, to_yaml
 from ingest.spec.model import Cdc, Uid, frozen_map
@@ -88,7 +89,8 @@ def test_a_cdc_target_with_deletion_vectors_and_change_feed_through_a_crash_veri
     run_once(spark, cdc, timeout=900)
 
     # at creation: ingest's own, then the pipeline's; the delete log keeps ingest's alone
-    assert properties(spark, path) == {"delta.checkpointInterval": "100", VECTORS: "true", FEED: "true"}
+    assert properties(spark, path) == {"delta.checkpointInterval": "100", VECTORS: "true", FEED: "true",
+                                       OWNER: "customers"}
     assert properties(spark, cdc.dead_letter.path) == {"delta.logRetentionDuration": "interval 60 days"}
     # the delete log: not checkpointed beside the batches, so Delta's own checkpoint interval
     assert properties(spark, path + "_deletes") == {VECTORS: "false"}
@@ -155,7 +157,8 @@ def test_plan_shows_and_run_applies_the_safe_changes_and_refuses_the_others(spar
     code, said = ingest_run(file, capsys)
     assert code == 0, said[-3000:]
     path = tmp_path / "tables" / "props"
-    assert properties(spark, path) == {"delta.checkpointInterval": "100", VECTORS: "false"}  # insert_only
+    # insert_only: no deletion vectors; the table names the pipeline that writes it
+    assert properties(spark, path) == {"delta.checkpointInterval": "100", VECTORS: "false", OWNER: "props"}
     document = yaml.safe_load(file.read_text())
 
     document["target"]["properties"] = {FEED: "true", "delta.logRetentionDuration": "interval 45 days"}
@@ -163,12 +166,13 @@ def test_plan_shows_and_run_applies_the_safe_changes_and_refuses_the_others(spar
     assert main(["plan", str(file)]) == 0
     shown = capsys.readouterr().out
     assert f"target {path}: {FEED}: not set -> 'true' (run sets it)" in shown, shown
-    assert properties(spark, path) == {"delta.checkpointInterval": "100", VECTORS: "false"}  # plan changes nothing
+    assert properties(spark, path) == {"delta.checkpointInterval": "100", VECTORS: "false",
+                                       OWNER: "props"}  # plan changes nothing
     code, said = ingest_run(file, capsys)
     assert code == 0, said[-3000:]
     assert f"{FEED} set to 'true' (was None)" in said
     assert properties(spark, path) == {"delta.checkpointInterval": "100", VECTORS: "false", FEED: "true",
-                                       "delta.logRetentionDuration": "interval 45 days"}
+                                       "delta.logRetentionDuration": "interval 45 days", OWNER: "props"}
 
     document["target"]["properties"]["delta.columnMapping.mode"] = "name"
     document["target"]["properties"][VECTORS] = "true"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame
 
+from ingest.batch.commit import owner
 from ingest.batch.merge import changes, delete_log, history, tombstones
 from ingest.batch.merge.clauses import to_sql
 from ingest.batch.merge.properties import evolution_properties, key_property
@@ -43,8 +44,9 @@ def batch_rows(records: DataFrame, pipeline: Pipeline) -> DataFrame:
 def create_tables(session, pipeline: Pipeline, rows: DataFrame) -> None:
     """The target and, with hard deletes, its delete log, if no one has made them yet.
     Outside the txn id: a create under it would make the batch's MERGE look done."""
-    if not table_exists(session, pipeline.target):
-        create_table(session, pipeline.target, rows, {**evolution_properties(pipeline), **key_property(pipeline)})
+    if not table_exists(session, pipeline.target):  # its first commit names the pipeline that writes it
+        create_table(session, pipeline.target, rows, {**evolution_properties(pipeline), **key_property(pipeline),
+                                                      **owner.creation_properties(pipeline.name)})
     if pipeline.keeps_delete_log:
         if pipeline.deletes_by_tombstone:  # a tombstone's order_by is its logged sequence
             rows = rows.withColumn(changes.SEQUENCE, rows[f"`{pipeline.target.order_by}`"])
