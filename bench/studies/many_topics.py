@@ -1,106 +1,368 @@
-"""Many topics, one job: batch time against the number of topics, same total records.
+"""Many topics, one job: what a table with data costs a batch (issue 55).
 
-    bench/run many_topics [--quick] [--topics 1,10,50] [--records N]
+    bench/run many_topics [--quick] [--topics 200] [--records N] [--shapes 200,50,20,1]
+                          [--rounds N] [--legs before,after] [--threads 8]
 
-For each topic count N the same total of records is spread evenly over N topics
-(one partition each) and read by one pattern query into a table per topic. Each
-run reads the records in two batches (`max_offsets_per_trigger` = half): batch
-0 creates the tables, batch 1 MERGEs into tables that exist (the steady state).
-The clock times the foreachBatch call itself (what `ingest.batch.routing`
-adds and spends), not the query's start.
+`--topics` topics (one partition each) of Debezium-shaped JSON, the converter's schema in
+every message (`schemas.enable=true`), read by one pattern query into a table per topic with
+no schema in the YAML (`cdc`, columns from the messages, soft deletes). Each batch is a
+trigger of its own: the study produces the batch's changes, then runs the query
+(`availableNow`) over the same checkpoint again, so a batch holds exactly one shape:
 
-Legs, side by side in one Spark application (`local[2]`), in alternating order:
+- `creation`: the widest shape's tables get their first changes (tables made; reported apart);
+- then, each round, a batch per shape of `--records` changes (half inserts, 40% updates and
+  10% deletes of keys the table holds) spread evenly over its tables: `1` one busy table,
+  every other topic quiet (no record in the batch); `20`, `50`, `200` tables changing.
+  Topics past the widest shape never have a record: quiet from the start.
 
-- `one_table`: the single-table path (`BatchProcessor`) over the N=1 topic: the baseline;
-- `sequential`: the per-topic router committing one table after another (threads 1);
-- `parallel`: the router committing the tables on a pool of 8 driver threads.
+Beside each shape's batch, `one_table`: the same number of records into one table (one
+topic, the single-table path), a batch of its own in the same phase; a shape's T-ratio is
+its batch time over that. Legs (`--legs`, each optionally `@threads`), side by side in one
+Spark application (`local[2]`, FAIR scheduling), each with its own checkpoint and tables over
+the same topics, in alternating order from phase to phase:
 
-Figures are ratios to `one_table` batch 1 and of parallel to sequential.
-Results go to bench/results/many_topics.json; bench/results/README.md holds the curve.
+- `before`: the router as main had it at 6aa536a (`MainRouter` below: the raw batch cached
+  as Kafka planned it, a partition per Kafka partition; its topics by a `distinct` of their
+  own; no scheduler pool per table);
+- `after`: `ingest.batch.routing.TopicRouter` as it is.
+
+Per batch: seconds of the foreachBatch call and of the whole trigger; CPU seconds of this
+Python process and of the Spark JVM (/proc, from the batch's start until its tables'
+background work has settled); the tasks' own CPU (the executor's share, from Spark's status
+API; the JVM's rest is the driver's); jobs and tasks (the background jobs counted apart).
+At the end every table is read with delta-rs and compared with the changes produced for its
+topic. `--quick`: 5,000 records a batch, shapes 50,20,1 (50 tables made), one round: about
+10 minutes on an idle 2-core machine. The default: 10,000 records, shapes 200,50,20,1, two
+rounds (200 tables made per leg): about an hour. Results: bench/results/many_topics.json
+(`--out` to name another file); bench/results/README.md holds the figures.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import json
+import os
 import random
 import shutil
 import statistics
 import tempfile
 import time
+import urllib.request
+from contextlib import ExitStack, nullcontext
+from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 
+import psutil
+import yaml
 from confluent_kafka import Producer
 
 from bench import RESULTS
-from bench.harness.datagen import SCHEMA, UID_HEADER, payload
+from ingest.batch import message_columns
 from ingest.batch.processor import BatchProcessor, payload_schema
 from ingest.batch.routing import TopicRouter
 from ingest.kafka.local_broker import LocalKafka, create_topic
-from ingest.kafka.produce import Uuid7
 from ingest.kafka.source import read_stream
-from ingest.spec.model import DeadLetter, KafkaSource, Pipeline, Source, Target, Uid
+from ingest.platform.caching import kept
+from ingest.spec import template
+from ingest.spec.loader import load_text
+
+PREFIX = "dbz"  # the pattern's topics: dbz.t000 ...
+ONE = "one.all"  # the one_table leg's topic
+BACKGROUND = "ingest-background"  # job groups of ingest's background threads
+
+ROW_FIELDS = [
+    {"type": "int64", "optional": False, "field": "id"},
+    {"type": "string", "optional": True, "field": "first_name"},
+    {"type": "string", "optional": True, "field": "email"},
+    {"type": "bytes", "optional": True, "name": "org.apache.kafka.connect.data.Decimal", "version": 1,
+     "parameters": {"scale": "2", "connect.decimal.precision": "12"}, "field": "balance"},
+    {"type": "int64", "optional": True, "name": "io.debezium.time.MicroTimestamp", "version": 1,
+     "field": "updated_at"},
+]
+SOURCE_FIELDS = [
+    {"type": "string", "optional": False, "field": "version"},
+    {"type": "string", "optional": False, "field": "connector"},
+    {"type": "string", "optional": False, "field": "name"},
+    {"type": "int64", "optional": False, "field": "ts_ms"},
+    {"type": "string", "optional": False, "field": "db"},
+    {"type": "string", "optional": False, "field": "schema"},
+    {"type": "string", "optional": False, "field": "table"},
+    {"type": "int64", "optional": True, "field": "lsn"},
+]
 
 
-def produce(config: dict, prefix: str, topics: int, records: int) -> None:
+def envelope_schema(table: str) -> str:
+    """The JSON converter's schema of a PostgreSQL connector's change event, as text."""
+    row = f"{PREFIX}.public.{table}.Value"
+    return json.dumps({"type": "struct", "optional": False, "name": f"{PREFIX}.public.{table}.Envelope",
+                       "fields": [
+                           {"type": "struct", "optional": True, "name": row, "field": "before", "fields": ROW_FIELDS},
+                           {"type": "struct", "optional": True, "name": row, "field": "after", "fields": ROW_FIELDS},
+                           {"type": "struct", "optional": False, "name": "io.debezium.connector.postgresql.Source",
+                            "field": "source", "fields": SOURCE_FIELDS},
+                           {"type": "string", "optional": False, "field": "op"},
+                           {"type": "int64", "optional": True, "field": "ts_ms"}]},
+                      separators=(",", ":"))
+
+
+def decimal_bytes(value: Decimal, scale: int = 2) -> str:
+    """Connect's Decimal: the unscaled value, big-endian two's complement, base64 in JSON."""
+    unscaled = int(value.scaleb(scale))
+    return base64.b64encode(unscaled.to_bytes((unscaled.bit_length() + 8) // 8 or 1, "big", signed=True)).decode()
+
+
+@dataclass
+class Changes:
+    """The changes produced, and each topic's rows as they must end (the source of truth)."""
+
+    seed: int = 7
+    lsn: int = 1_000_000
+    live: dict[str, dict[int, tuple]] = field(default_factory=dict)  # topic -> id -> (first_name, email, balance)
+    ids: dict[str, list[int]] = field(default_factory=dict)
+    next_id: dict[str, int] = field(default_factory=dict)
+    schemas: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.rnd = random.Random(self.seed)
+
+    def events(self, topic: str, count: int) -> list[tuple[bytes, bytes]]:
+        live, ids = self.live.setdefault(topic, {}), self.ids.setdefault(topic, [])
+        schema = self.schemas.setdefault(topic, envelope_schema(topic.split(".")[-1]))
+        out = []
+        for _ in range(count):
+            self.lsn += 1
+            pick = self.rnd.random()
+            if ids and pick < 0.1:
+                index = self.rnd.randrange(len(ids))
+                ids[index], ids[-1] = ids[-1], ids[index]
+                key = ids.pop()
+                op, before, after = "d", self._image(key, live.pop(key)), None
+            elif ids and pick < 0.5:
+                key = ids[self.rnd.randrange(len(ids))]
+                old = live[key]
+                live[key] = self._row(key)
+                op, before, after = "u", self._image(key, old), self._image(key, live[key])
+            else:
+                key = self.next_id.get(topic, 1)
+                self.next_id[topic] = key + 1
+                ids.append(key)
+                live[key] = self._row(key)
+                op, before, after = "c", None, self._image(key, live[key])
+            payload = {"before": before, "after": after, "op": op, "ts_ms": 1_700_000_000_000,
+                       "source": {"version": "2.7.0.Final", "connector": "postgresql", "name": PREFIX,
+                                  "ts_ms": 1_700_000_000_000, "db": "shop", "schema": "public",
+                                  "table": topic, "lsn": self.lsn}}
+            value = '{"schema":' + schema + ',"payload":' + json.dumps(payload, separators=(",", ":")) + "}"
+            out.append((json.dumps({"id": key}).encode(), value.encode()))
+        return out
+
+    def _row(self, key: int) -> tuple:
+        n = self.rnd.randrange(10**6)
+        return f"name-{key}-{n}", f"user{key}.{n}@example.org", Decimal(n).scaleb(-2)
+
+    def _image(self, key: int, row: tuple) -> dict:
+        return {"id": key, "first_name": row[0], "email": row[1], "balance": decimal_bytes(row[2]),
+                "updated_at": 1_700_000_000_000_000 + self.lsn}
+
+
+def produce(config: dict, batches: list[tuple[str, list[tuple[bytes, bytes]]]]) -> None:
     producer = Producer({**config, "enable.idempotence": True, "acks": "all", "linger.ms": 20})
-    names = [f"{prefix}.t{n:03d}" for n in range(topics)]
-    for name in names:
-        create_topic(config, name)
-    rnd, uids = random.Random(7), Uuid7()
-    for i in range(records):
-        uid = uids()
-        producer.produce(names[i % topics], payload(uid, int(time.time() * 1000), rnd),
-                         headers=[(UID_HEADER, uid.encode())])
-        if i % 10_000 == 0:
-            producer.poll(0)
-    assert producer.flush(60) == 0
+    for topic, events in batches:
+        for n, (key, value) in enumerate(events):
+            producer.produce(topic, key=key, value=value, partition=0)
+            if n % 5_000 == 0:
+                producer.poll(0)
+    assert producer.flush(120) == 0
 
 
-def pipeline_for(bootstrap: str, prefix: str, root: Path, per_topic: bool, half: int) -> Pipeline:
+def pipeline_for(bootstrap: str, root: Path, per_topic: bool):
+    kafka = {"bootstrap_servers": bootstrap, "starting_offsets": "earliest"}
     if per_topic:
-        kafka = KafkaSource(bootstrap, pattern=rf"{prefix}\..*", max_offsets_per_trigger=half)
-        target, dead = root / "tables" / "${topic}", root / "dead_letter" / "${topic}"
+        kafka["pattern"] = rf"{PREFIX}\..*"
+        target, dead = str(root / "tables" / "${topic}"), str(root / "dead_letter" / "${topic}")
     else:
-        kafka = KafkaSource(bootstrap, topics=(f"{prefix}.t000",), max_offsets_per_trigger=half)
-        target, dead = root / "tables" / "one", root / "dead_letter" / "one"
-    return Pipeline(name="bench_topics", source=Source(kafka, "json", SCHEMA), uid=Uid(header=UID_HEADER),
-                    target=Target(path=str(target)), checkpoint=str(root / "checkpoint"),
-                    dead_letter=DeadLetter(path=str(dead)))
+        kafka["topics"] = [ONE]
+        target, dead = str(root / "one"), str(root / "one_dead_letter")
+    document = {"name": "bench_db", "source": {"kafka": kafka, "format": "json"},
+                "cdc": {"format": "debezium", "key": ["id"]},
+                "target": {"path": target}, "checkpoint": str(root / "checkpoint"),
+                "dead_letter": {"path": dead}}
+    return load_text(yaml.safe_dump(document, sort_keys=False), "many_topics.yaml").pipeline
 
 
-def run_leg(spark, pipeline: Pipeline, leg: str) -> list[float]:
-    """Seconds of each foreachBatch call."""
-    quiet = lambda report: None  # noqa: E731
-    if leg == "one_table":
-        processor = BatchProcessor(pipeline, payload_schema(spark, pipeline), on_report=quiet)
-    else:
-        processor = TopicRouter(pipeline, on_report=quiet, threads=1 if leg == "sequential" else 8)
-    seconds: list[float] = []
+class MainRouter(TopicRouter):
+    """The router's batch as main had it at 6aa536a, verbatim: the `before` leg."""
+
+    def __call__(self, batch_df, batch_id: int) -> None:
+        with ExitStack() as cached:
+            raw = kept(batch_df, cached)  # read Kafka once, however many tables
+            present = [row.topic for row in raw.select("topic").distinct().collect()]
+            if self.pipeline.records_data_loss:
+                self._record_lost_slices(raw.sparkSession, batch_id, present)
+            # the columns from the messages: every table's envelope schemas in one pass
+            envelopes = message_columns.envelope_schemas(raw) if self.pipeline.columns_from_messages else {}
+            self._commit_all(raw, batch_id, template.tables_of(self.pipeline, present), envelopes)
+
+    def _pool(self, session, table: str):
+        return nullcontext()
+
+
+class SparkStatus:
+    """Jobs, tasks and the tasks' CPU from Spark's status API (the UI's REST endpoints)."""
+
+    def __init__(self, spark):
+        context = spark.sparkContext
+        self.base = f"{context.uiWebUrl}/api/v1/applications/{context.applicationId}"
+        self.context = context
+
+    def _get(self, what: str) -> list[dict]:
+        with urllib.request.urlopen(f"{self.base}/{what}", timeout=120) as answer:
+            return json.load(answer)
+
+    def drained(self) -> None:
+        """The listener bus empty: every finished job is in the status store."""
+        try:
+            self.context._jsc.sc().listenerBus().waitUntilEmpty()
+        except Exception:
+            time.sleep(2)
+
+    def marks(self) -> tuple[int, int]:
+        self.drained()
+        jobs = self._get("jobs")
+        stages = self._get("stages")
+        return (max((j["jobId"] for j in jobs), default=-1), max((s["stageId"] for s in stages), default=-1))
+
+    def since(self, marks: tuple[int, int]) -> dict:
+        self.drained()
+        jobs = [j for j in self._get("jobs") if j["jobId"] > marks[0]]
+        stages = [s for s in self._get("stages") if s["stageId"] > marks[1]]
+        background = [j for j in jobs if str(j.get("jobGroup") or "").startswith(BACKGROUND)]
+        return {"jobs": len(jobs) - len(background), "background_jobs": len(background),
+                "tasks": sum(s.get("numTasks", 0) for s in stages),
+                "task_cpu_s": sum(s.get("executorCpuTime", 0) for s in stages) / 1e9}
+
+
+class Cpu:
+    """CPU seconds of this Python process and of the Spark JVM, from /proc."""
+
+    def __init__(self, spark):
+        self.python = psutil.Process()
+        self.jvm = psutil.Process(int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()))
+
+    def read(self) -> tuple[float, float]:
+        py, jvm = self.python.cpu_times(), self.jvm.cpu_times()
+        return py.user + py.system, jvm.user + jvm.system
+
+
+def load() -> float:
+    return float(Path("/proc/loadavg").read_text().split()[0])
+
+
+@dataclass
+class Leg:
+    name: str  # one_table, before, after (with @threads when not the default)
+    kind: str
+    threads: int
+    root: Path
+    pipeline: object = None
+    processor: object = None
+    reports: list = field(default_factory=list)
+
+    def make(self, spark, bootstrap: str) -> None:
+        self.pipeline = pipeline_for(bootstrap, self.root, self.kind != "one_table")
+        on_report = self.reports.append
+        if self.kind == "one_table":
+            self.processor = BatchProcessor(self.pipeline, payload_schema(spark, self.pipeline), on_report=on_report)
+        else:
+            router = MainRouter if self.kind == "before" else TopicRouter
+            self.processor = router(self.pipeline, on_report=on_report, threads=self.threads)
+
+
+def run_batch(spark, leg: Leg, status: SparkStatus, cpu: Cpu) -> dict:
+    """One trigger of the leg's query over what was produced since its last: its batch's figures."""
+    marks = status.marks()
+    seen: dict = {}
+    reports_before = len(leg.reports)
 
     def timed(batch_df, batch_id):
+        seen["load"] = load()
+        seen["cpu0"] = cpu.read()
         started = time.perf_counter()
-        processor(batch_df, batch_id)
-        seconds.append(time.perf_counter() - started)
+        leg.processor(batch_df, batch_id)
+        seen["seconds"] = time.perf_counter() - started
+        seen["cpu1"] = cpu.read()
+        seen["batch_id"] = batch_id
 
-    query = (read_stream(spark, pipeline).writeStream.option("checkpointLocation", pipeline.checkpoint)
+    query = (read_stream(spark, leg.pipeline).writeStream.option("checkpointLocation", leg.pipeline.checkpoint)
              .foreachBatch(timed).trigger(availableNow=True).start())
     query.awaitTermination()
     if query.exception() is not None:
         raise RuntimeError(str(query.exception()))
-    return seconds
+    leg.processor.settle()
+    settled = cpu.read()
+    progress = [p for p in query.recentProgress if p.get("numInputRows")]
+    if "cpu0" not in seen:
+        raise RuntimeError(f"{leg.name}: the trigger ran no batch")
+    counts = status.since(marks)
+    reports = leg.reports[reports_before:]
+    (py0, jvm0), (py1, jvm1) = seen["cpu0"], seen["cpu1"]
+    return {"batch_id": seen["batch_id"], "seconds": seen["seconds"],
+            "trigger_s": progress[-1]["durationMs"]["triggerExecution"] / 1000 if progress else None,
+            "python_cpu_s": py1 - py0, "jvm_cpu_s": jvm1 - jvm0,
+            "python_cpu_settled_s": settled[0] - py0, "jvm_cpu_settled_s": settled[1] - jvm0,
+            "tables": len(reports), "records": sum(r.summary.read for r in reports),
+            "dead_letters": sum(r.summary.dead_letters for r in reports),
+            "load_at_start": seen["load"], "load_at_end": load(), **counts}
+
+
+def expected_batches(changes: Changes, shape: int, records: int) -> list[tuple[str, list]]:
+    per, extra = divmod(records, shape)
+    return [(f"{PREFIX}.t{n:03d}", changes.events(f"{PREFIX}.t{n:03d}", per + (1 if n < extra else 0)))
+            for n in range(shape)]
+
+
+def check_contents(legs: list[Leg], changes: Changes) -> dict:
+    """Every table read with delta-rs against the rows its topic's changes leave."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, QueryBuilder
+
+    checked, wrong = 0, []
+    for leg in legs:
+        topics = [ONE] if leg.kind == "one_table" else [t for t in changes.live if t != ONE]
+        for topic in topics:
+            path = leg.root / ("one" if leg.kind == "one_table" else f"tables/{topic.replace('.', '_')}")
+            rows = pa.table(QueryBuilder().register("t", DeltaTable(str(path))).execute(
+                "SELECT id, first_name, email, balance FROM t WHERE NOT _deleted").read_all()).to_pylist()
+            found = {r["id"]: (r["first_name"], r["email"], r["balance"]) for r in rows}
+            checked += 1
+            if found != changes.live[topic]:
+                missing = set(changes.live[topic]) - set(found)
+                extra = set(found) - set(changes.live[topic])
+                differ = [k for k in set(found) & set(changes.live[topic]) if found[k] != changes.live[topic][k]]
+                wrong.append({"leg": leg.name, "topic": topic, "missing": len(missing), "extra": len(extra),
+                              "different": len(differ)})
+    return {"tables_checked": checked, "tables_wrong": wrong}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="bench/run many_topics", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer records, one repeat")
-    parser.add_argument("--topics", default="1,10,50")
+    parser.add_argument("--quick", action="store_true", help="5,000 records, shapes 50,20,1, one round")
+    parser.add_argument("--topics", type=int, default=200)
     parser.add_argument("--records", type=int, default=None)
-    parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--shapes", default=None, help="tables changing per batch, widest first (made first)")
+    parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--legs", default="before,after")
+    parser.add_argument("--threads", type=int, default=8, help="table threads of a leg without @threads")
+    parser.add_argument("--out", default="many_topics.json")
     args = parser.parse_args()
-    counts = [int(n) for n in args.topics.split(",")]
-    records = args.records or (10_000 if args.quick else 100_000)
-    repeats = args.repeats or (1 if args.quick else 3)
+    records = args.records or (5_000 if args.quick else 10_000)
+    shapes = sorted({int(n) for n in (args.shapes or ("50,20,1" if args.quick else "200,50,20,1")).split(",")},
+                    reverse=True)
+    if shapes[0] > args.topics:
+        raise SystemExit(f"the widest shape ({shapes[0]}) has more tables than --topics ({args.topics})")
+    rounds = args.rounds or (1 if args.quick else 2)
 
     from ingest.platform.session import get_session
 
@@ -108,55 +370,117 @@ def main() -> None:
     broker = LocalKafka(work_dir=work / "kafka", start_timeout_s=600)  # a loaded machine starts it slowly
     broker.start()
     spark = get_session("bench-topics", master="local[2]", conf={
-        "spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"})
+        "spark.sql.shuffle.partitions": "2", "spark.scheduler.mode": "FAIR",
+        "spark.ui.enabled": "true", "spark.ui.port": "0", "spark.ui.retainedJobs": "200000",
+        "spark.ui.retainedStages": "200000", "spark.ui.retainedTasks": "10", "spark.sql.ui.retainedExecutions": "100"})
+    status, cpu, changes = SparkStatus(spark), Cpu(spark), Changes()
+    legs = [Leg("one_table", "one_table", 1, work / "one_table")]
+    for spec in args.legs.split(","):
+        kind, _, threads = spec.partition("@")
+        legs.append(Leg(spec, kind, int(threads or args.threads), work / spec.replace("@", "-t")))
     runs: list[dict] = []
+    started = time.time()
     try:
-        for n in counts:
-            produce(broker.client_config(), f"bench{n}", n, records)
-        plan = [(n, leg) for n in counts for leg in (("one_table",) if n == 1 else ()) + ("sequential", "parallel")]
-        # warm-up: JIT and class loading are no leg's cost
-        run_leg(spark, pipeline_for(broker.bootstrap, f"bench{counts[0]}", work / "warm", True, records // 2),
-                "parallel")
-        for repeat in range(repeats):
-            for n, leg in (plan if repeat % 2 == 0 else list(reversed(plan))):
-                root = work / f"run-{n}-{leg}-{repeat}"
-                pipeline = pipeline_for(broker.bootstrap, f"bench{n}", root, leg != "one_table", records // 2)
-                seconds = run_leg(spark, pipeline, leg)
-                runs.append({"topics": n, "leg": leg, "repeat": repeat, "batch_seconds": seconds})
-                print(f"{n:>3} topics {leg:<10} batches {', '.join(f'{s:.2f}s' for s in seconds)}", flush=True)
-                shutil.rmtree(root, ignore_errors=True)
+        config = broker.client_config()
+        for n in range(args.topics):
+            create_topic(config, f"{PREFIX}.t{n:03d}")
+        create_topic(config, ONE)
+        for leg in legs:
+            leg.make(spark, broker.bootstrap)
+        phases = [("creation", shapes[0])] + [(f"round {r}", s) for r in range(rounds) for s in shapes]
+        for number, (phase, shape) in enumerate(phases):
+            produce(config, expected_batches(changes, shape if phase != "creation" else shapes[0],
+                                             records if phase != "creation" else shapes[0] * 5)
+                    + [(ONE, changes.events(ONE, records if phase != "creation" else 100))])
+            order = legs if number % 2 == 0 else list(reversed(legs))
+            for leg in order:
+                figures = run_batch(spark, leg, status, cpu)
+                runs.append({"phase": phase, "shape": shape, "leg": leg.name, **figures})
+                print(f"{phase:<9} {shape:>3} tables {leg.name:<10} {figures['seconds']:7.2f}s "
+                      f"(trigger {figures['trigger_s'] or 0:.2f}s) jobs {figures['jobs']} "
+                      f"(+{figures['background_jobs']}) tasks {figures['tasks']} "
+                      f"cpu py {figures['python_cpu_settled_s']:.1f} jvm {figures['jvm_cpu_settled_s']:.1f} "
+                      f"tasks {figures['task_cpu_s']:.1f} load {figures['load_at_end']:.1f}", flush=True)
+        contents = check_contents(legs, changes)
     finally:
         spark.stop()
         broker.close()
         shutil.rmtree(work, ignore_errors=True)
-    report(runs, records, counts)
+    report(runs, contents, {"records": records, "shapes": shapes, "rounds": rounds, "topics": args.topics,
+                            "legs": [leg.name for leg in legs], "minutes": (time.time() - started) / 60,
+                            "cores": os.cpu_count()}, args.out)
 
 
-def report(runs: list[dict], records: int, counts: list[int]) -> None:
-    def median(n, leg, batch):
-        values = [r["batch_seconds"][batch] for r in runs
-                  if r["topics"] == n and r["leg"] == leg and len(r["batch_seconds"]) > batch]
-        return statistics.median(values) if values else None
-
-    base = median(1, "one_table", 1)
+def summarize(runs: list[dict]) -> list[dict]:
+    """Per shape and leg: medians over the rounds, the T-ratio to one_table of the same phase,
+    and the costs per table with data."""
+    base = {(r["phase"], r["shape"]): r for r in runs if r["leg"] == "one_table"}
     rows = []
-    for n in counts:
-        seq0, par0 = median(n, "sequential", 0), median(n, "parallel", 0)
-        seq1, par1 = median(n, "sequential", 1), median(n, "parallel", 1)
-        rows.append({"topics": n, "records": records,
-                     "sequential_first_s": seq0, "parallel_first_s": par0,
-                     "sequential_s": seq1, "parallel_s": par1,
-                     "sequential_vs_one_table": seq1 / base if base and seq1 else None,
-                     "parallel_vs_one_table": par1 / base if base and par1 else None,
-                     "parallel_vs_sequential": par1 / seq1 if seq1 and par1 else None})
-    (RESULTS / "many_topics.json").write_text(json.dumps({"one_table_s": base, "rows": rows, "runs": runs},
-                                                      indent=2))
-    print(f"\none_table (1 topic, single-table path), batch 1: {base:.2f}s" if base else "")
-    print("topics  seq first  par first  seq steady  par steady  seq/base  par/base  par/seq")
+    for shape in sorted({r["shape"] for r in runs}, reverse=True):
+        for leg in dict.fromkeys(r["leg"] for r in runs if r["leg"] != "one_table"):
+            for steady in (False, True):
+                mine = [r for r in runs if r["leg"] == leg and r["shape"] == shape
+                        and (r["phase"] != "creation") == steady]
+                if mine:
+                    rows.append(_row(mine, base, shape, leg, "steady" if steady else "creation"))
+    return rows
+
+
+def _phase(run: dict) -> tuple[str, int]:
+    return run["phase"], run["shape"]
+
+
+def _median(runs: list[dict], key: str) -> float | None:
+    values = [r[key] for r in runs if r.get(key) is not None]
+    return statistics.median(values) if values else None
+
+
+def _row(mine: list[dict], base: dict, shape: int, leg: str, batch: str) -> dict:
+    def per_table(key: str) -> float | None:
+        value = _median(mine, key)
+        return None if value is None else value / shape
+
+    ones = [base[_phase(r)] for r in mine if _phase(r) in base]
+    return {
+        "shape": shape, "leg": leg, "batch": batch,
+        "seconds": _median(mine, "seconds"), "one_table_s": _median(ones, "seconds"),
+        "t_ratio": _ratio(mine, base, "seconds"), "trigger_ratio": _ratio(mine, base, "trigger_s"),
+        "jobs_per_table": per_table("jobs"), "background_jobs_per_table": per_table("background_jobs"),
+        "tasks_per_table": per_table("tasks"),
+        "python_cpu_s_per_table": per_table("python_cpu_settled_s"),
+        "jvm_cpu_s_per_table": per_table("jvm_cpu_settled_s"),
+        "task_cpu_s_per_table": per_table("task_cpu_s"),
+        "one_table": {key: _median(ones, key) for key in ("jobs", "background_jobs", "tasks", "python_cpu_settled_s",
+                                                          "jvm_cpu_settled_s", "task_cpu_s")},
+        "load": [min(r["load_at_start"] for r in mine), max(r["load_at_end"] for r in mine)],
+    }
+
+
+def _ratio(mine: list[dict], base: dict, key: str) -> float | None:
+    """The median over phases of a leg's figure over one_table's in the same phase."""
+    ratios = [r[key] / base[_phase(r)][key] for r in mine
+              if _phase(r) in base and r.get(key) and base[_phase(r)].get(key)]
+    return statistics.median(ratios) if ratios else None
+
+
+def _cell(value, width: int, digits: int = 2) -> str:
+    return f"{value:{width}.{digits}f}" if isinstance(value, (int, float)) else f"{'-':>{width}}"
+
+
+def report(runs: list[dict], contents: dict, setup: dict, out: str) -> None:
+    rows = summarize(runs)
+    (RESULTS / out).write_text(json.dumps({**setup, "rows": rows, "contents": contents, "runs": runs}, indent=2,
+                                          default=str))
+    print(f"\n{setup['records']} records a batch, {setup['topics']} topics, {setup['minutes']:.1f} min")
+    print("tables  leg         batch     seconds  one_table  T-ratio  jobs/t  tasks/t  py cpu/t  jvm cpu/t  "
+          "task cpu/t")
     for r in rows:
-        cells = [r["sequential_first_s"], r["parallel_first_s"], r["sequential_s"], r["parallel_s"],
-                 r["sequential_vs_one_table"], r["parallel_vs_one_table"], r["parallel_vs_sequential"]]
-        print(f"{r['topics']:>6}" + "".join(f"{c:>11.2f}" if c is not None else f"{'-':>11}" for c in cells))
+        print(f"{r['shape']:>6}  {r['leg']:<10}  {r['batch']:<8}" + _cell(r["seconds"], 8) + _cell(r["one_table_s"], 11)
+              + _cell(r["t_ratio"], 9) + _cell(r["jobs_per_table"], 8, 1) + _cell(r["tasks_per_table"], 9, 1)
+              + _cell(r["python_cpu_s_per_table"], 10) + _cell(r["jvm_cpu_s_per_table"], 11)
+              + _cell(r["task_cpu_s_per_table"], 11))
+    print(f"contents: {contents['tables_checked']} tables read with delta-rs, "
+          f"{len(contents['tables_wrong'])} differ from their source {contents['tables_wrong'][:5]}")
 
 
 if __name__ == "__main__":
