@@ -18,22 +18,26 @@ trigger of its own: the study produces the batch's changes, then runs the query
 Beside each shape's batch, `one_table`: the same number of records into one table (one
 topic, the single-table path), a batch of its own in the same phase; a shape's T-ratio is
 its batch time over that. Legs (`--legs`, each optionally `@threads`), side by side in one
-Spark application (`local[2]`, FAIR scheduling), each with its own checkpoint and tables over
-the same topics, in alternating order from phase to phase:
+Spark application (`local[2]`, FAIR scheduling), in alternating order from phase to phase,
+each leg's batch its own freshly produced changes of the shape:
 
 - `before`: the router as main had it at 6aa536a (`MainRouter` below: the raw batch cached
   as Kafka planned it, a partition per Kafka partition; its topics by a `distinct` of their
   own; no scheduler pool per table);
 - `after`: `ingest.batch.routing.TopicRouter` as it is.
 
+The routers take turns over one checkpoint and one set of tables, with the same
+`BatchProcessor` per table (the same app id: a replay-safe handover, as a restart is), so
+they differ in the router's own work only and no leg pays a table's first batch twice; the
+creation batch is the last leg's.
+
 Per batch: seconds of the foreachBatch call and of the whole trigger; CPU seconds of this
 Python process and of the Spark JVM (/proc, from the batch's start until its tables'
 background work has settled); the tasks' own CPU (the executor's share, from Spark's status
 API; the JVM's rest is the driver's); jobs and tasks (the background jobs counted apart).
 At the end every table is read with delta-rs and compared with the changes produced for its
-topic. `--quick`: 5,000 records a batch, shapes 50,20,1 (50 tables made), one round: about
-10 minutes on an idle 2-core machine. The default: 10,000 records, shapes 200,50,20,1, two
-rounds (200 tables made per leg): about an hour. Results: bench/results/many_topics.json
+topic. `--quick`: 5,000 records a batch, shapes 50,20,1 (50 tables made), one round. The
+default: 10,000 records, shapes 200,50,20,1, two rounds (200 tables made). Results: bench/results/many_topics.json
 (`--out` to name another file); bench/results/README.md holds the figures.
 """
 
@@ -264,27 +268,33 @@ def load() -> float:
 class Leg:
     name: str  # one_table, before, after (with @threads when not the default)
     kind: str
-    threads: int
-    root: Path
+    threads: int = 1
     pipeline: object = None
     processor: object = None
-    reports: list = field(default_factory=list)
-
-    def make(self, spark, bootstrap: str) -> None:
-        self.pipeline = pipeline_for(bootstrap, self.root, self.kind != "one_table")
-        on_report = self.reports.append
-        if self.kind == "one_table":
-            self.processor = BatchProcessor(self.pipeline, payload_schema(spark, self.pipeline), on_report=on_report)
-        else:
-            router = MainRouter if self.kind == "before" else TopicRouter
-            self.processor = router(self.pipeline, on_report=on_report, threads=self.threads)
 
 
-def run_batch(spark, leg: Leg, status: SparkStatus, cpu: Cpu) -> dict:
+def make_legs(spark, bootstrap: str, work: Path, specs: list[str], threads: int, reports: list) -> list[Leg]:
+    """one_table, then the routers. The routers share one pipeline (checkpoint, tables) and each
+    table's `BatchProcessor`, so they differ in what the router does and nothing else: no leg pays
+    another's first batch of a table (its txn version, topic ids, columns read once per processor)."""
+    one = pipeline_for(bootstrap, work / "one_table", per_topic=False)
+    legs = [Leg("one_table", "one_table", 1, one, BatchProcessor(one, payload_schema(spark, one),
+                                                                 on_report=reports.append))]
+    shared = pipeline_for(bootstrap, work / "per_topic", per_topic=True)
+    tables: dict = {}
+    for spec in specs:
+        kind, _, count = spec.partition("@")
+        router = MainRouter if kind == "before" else TopicRouter
+        legs.append(Leg(spec, kind, int(count or threads), shared,
+                        router(shared, on_report=reports.append, threads=int(count or threads), tables=tables)))
+    return legs
+
+
+def run_batch(spark, leg: Leg, status: SparkStatus, cpu: Cpu, reports: list) -> dict:
     """One trigger of the leg's query over what was produced since its last: its batch's figures."""
     marks = status.marks()
     seen: dict = {}
-    reports_before = len(leg.reports)
+    reports_before = len(reports)
 
     def timed(batch_df, batch_id):
         seen["load"] = load()
@@ -306,7 +316,7 @@ def run_batch(spark, leg: Leg, status: SparkStatus, cpu: Cpu) -> dict:
     if "cpu0" not in seen:
         raise RuntimeError(f"{leg.name}: the trigger ran no batch")
     counts = status.since(marks)
-    reports = leg.reports[reports_before:]
+    reports = reports[reports_before:]
     (py0, jvm0), (py1, jvm1) = seen["cpu0"], seen["cpu1"]
     return {"batch_id": seen["batch_id"], "seconds": seen["seconds"],
             "trigger_s": progress[-1]["durationMs"]["triggerExecution"] / 1000 if progress else None,
@@ -323,26 +333,22 @@ def expected_batches(changes: Changes, shape: int, records: int) -> list[tuple[s
             for n in range(shape)]
 
 
-def check_contents(legs: list[Leg], changes: Changes) -> dict:
+def check_contents(work: Path, changes: Changes) -> dict:
     """Every table read with delta-rs against the rows its topic's changes leave."""
     import pyarrow as pa
     from deltalake import DeltaTable, QueryBuilder
 
     checked, wrong = 0, []
-    for leg in legs:
-        topics = [ONE] if leg.kind == "one_table" else [t for t in changes.live if t != ONE]
-        for topic in topics:
-            path = leg.root / ("one" if leg.kind == "one_table" else f"tables/{topic.replace('.', '_')}")
-            rows = pa.table(QueryBuilder().register("t", DeltaTable(str(path))).execute(
-                "SELECT id, first_name, email, balance FROM t WHERE NOT _deleted").read_all()).to_pylist()
-            found = {r["id"]: (r["first_name"], r["email"], r["balance"]) for r in rows}
-            checked += 1
-            if found != changes.live[topic]:
-                missing = set(changes.live[topic]) - set(found)
-                extra = set(found) - set(changes.live[topic])
-                differ = [k for k in set(found) & set(changes.live[topic]) if found[k] != changes.live[topic][k]]
-                wrong.append({"leg": leg.name, "topic": topic, "missing": len(missing), "extra": len(extra),
-                              "different": len(differ)})
+    for topic in changes.live:
+        path = work / "one_table" / "one" if topic == ONE else work / "per_topic" / "tables" / topic.replace(".", "_")
+        rows = pa.table(QueryBuilder().register("t", DeltaTable(str(path))).execute(
+            "SELECT id, first_name, email, balance FROM t WHERE NOT _deleted").read_all()).to_pylist()
+        found = {r["id"]: (r["first_name"], r["email"], r["balance"]) for r in rows}
+        checked += 1
+        want = changes.live[topic]
+        if found != want:
+            wrong.append({"topic": topic, "missing": len(set(want) - set(found)), "extra": len(set(found) - set(want)),
+                          "different": sum(found[k] != want[k] for k in set(found) & set(want))})
     return {"tables_checked": checked, "tables_wrong": wrong}
 
 
@@ -374,40 +380,38 @@ def main() -> None:
         "spark.ui.enabled": "true", "spark.ui.port": "0", "spark.ui.retainedJobs": "200000",
         "spark.ui.retainedStages": "200000", "spark.ui.retainedTasks": "10", "spark.sql.ui.retainedExecutions": "100"})
     status, cpu, changes = SparkStatus(spark), Cpu(spark), Changes()
-    legs = [Leg("one_table", "one_table", 1, work / "one_table")]
-    for spec in args.legs.split(","):
-        kind, _, threads = spec.partition("@")
-        legs.append(Leg(spec, kind, int(threads or args.threads), work / spec.replace("@", "-t")))
     runs: list[dict] = []
+    reports: list = []
     started = time.time()
     try:
         config = broker.client_config()
         for n in range(args.topics):
             create_topic(config, f"{PREFIX}.t{n:03d}")
         create_topic(config, ONE)
-        for leg in legs:
-            leg.make(spark, broker.bootstrap)
-        phases = [("creation", shapes[0])] + [(f"round {r}", s) for r in range(rounds) for s in shapes]
-        for number, (phase, shape) in enumerate(phases):
-            produce(config, expected_batches(changes, shape if phase != "creation" else shapes[0],
-                                             records if phase != "creation" else shapes[0] * 5)
-                    + [(ONE, changes.events(ONE, records if phase != "creation" else 100))])
-            order = legs if number % 2 == 0 else list(reversed(legs))
-            for leg in order:
-                figures = run_batch(spark, leg, status, cpu)
+        legs = make_legs(spark, broker.bootstrap, work, args.legs.split(","), args.threads, reports)
+        # the tables made (and the JVM warmed) by the last router leg, a record per key of five each
+        phases = [("creation", shapes[0], [legs[0], legs[-1]])]
+        phases += [(f"round {r}", shape, legs) for r in range(rounds) for shape in shapes]
+        for number, (phase, shape, in_phase) in enumerate(phases):
+            for leg in in_phase if number % 2 == 0 else list(reversed(in_phase)):
+                count = records if phase != "creation" else 5 * shape
+                produce(config, [(ONE, changes.events(ONE, count))] if leg.kind == "one_table"
+                        else expected_batches(changes, shape, count))
+                figures = run_batch(spark, leg, status, cpu, reports)
                 runs.append({"phase": phase, "shape": shape, "leg": leg.name, **figures})
                 print(f"{phase:<9} {shape:>3} tables {leg.name:<10} {figures['seconds']:7.2f}s "
-                      f"(trigger {figures['trigger_s'] or 0:.2f}s) jobs {figures['jobs']} "
-                      f"(+{figures['background_jobs']}) tasks {figures['tasks']} "
-                      f"cpu py {figures['python_cpu_settled_s']:.1f} jvm {figures['jvm_cpu_settled_s']:.1f} "
-                      f"tasks {figures['task_cpu_s']:.1f} load {figures['load_at_end']:.1f}", flush=True)
-        contents = check_contents(legs, changes)
+                      f"(trigger {figures['trigger_s'] or 0:.2f}s) tables {figures['tables']} "
+                      f"records {figures['records']} jobs {figures['jobs']} (+{figures['background_jobs']}) "
+                      f"tasks {figures['tasks']} cpu py {figures['python_cpu_settled_s']:.1f} "
+                      f"jvm {figures['jvm_cpu_settled_s']:.1f} tasks {figures['task_cpu_s']:.1f} "
+                      f"load {figures['load_at_end']:.1f}", flush=True)
+        contents = check_contents(work, changes)
     finally:
         spark.stop()
         broker.close()
         shutil.rmtree(work, ignore_errors=True)
     report(runs, contents, {"records": records, "shapes": shapes, "rounds": rounds, "topics": args.topics,
-                            "legs": [leg.name for leg in legs], "minutes": (time.time() - started) / 60,
+                            "legs": ["one_table", *args.legs.split(",")], "minutes": (time.time() - started) / 60,
                             "cores": os.cpu_count()}, args.out)
 
 

@@ -107,9 +107,9 @@ class TopicRouter:
         partitions without a shuffle, and nothing after depends on their order (the uid's
         ranking and the change order compare Kafka positions, not arrival)."""
         slots = _task_slots(batch_df)
-        partitions = _partitions(batch_df)
+        partitions = _partitions(batch_df) if slots is not None else None
         if slots is None or partitions is None or partitions <= slots:
-            return batch_df  # as many tasks as cores at most already
+            return batch_df  # as many tasks as cores at most already (or not known here)
         return batch_df.coalesce(slots).sortWithinPartitions("topic", "partition", "offset")
 
     def settle(self) -> None:
