@@ -73,8 +73,9 @@ def _avro_envelope(with_raw: DataFrame, cdc: Cdc, decoder) -> DataFrame:
 
 # What turns a batch's envelopes into changes, as the steps below build it, is the same for every
 # batch of a run: built once (thousands of calls into the JVM for a few columns), for each JVM
-# this process talks to (Spark Connect: none).
-_BUILT_FOR = 16
+# this process talks to (Spark Connect: none). A whole database in one job has a row per table:
+# kept for a thousand, so a batch of 50 tables changing does not build 50 again (16 did).
+_BUILT_FOR = 1024
 
 
 @dataclass(frozen=True)
