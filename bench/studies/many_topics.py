@@ -59,6 +59,7 @@ from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import psutil
 import yaml
@@ -100,16 +101,25 @@ SOURCE_FIELDS = [
 ]
 
 
-def own_field(table: str) -> str:
-    """A column only this table has: a database's tables differ in their columns, and what a
-    table's decode is built from (its row) with them."""
-    return f"note_{table}"
+OWN_TYPES = ("string", "int64", "float64", "boolean")
+
+
+def own_field(table: str) -> tuple[str, str]:
+    """A column only this table has, its type by the table's number: a database's tables differ
+    in their columns, and a table's decode is built from its row."""
+    number = int(table[1:]) if table[1:].isdigit() else 0
+    return f"note_{table}", OWN_TYPES[number % len(OWN_TYPES)]
+
+
+def own_value(kind: str, key: int, name: str):
+    return {"string": name, "int64": key, "float64": key / 4, "boolean": key % 2 == 0}[kind]
 
 
 def envelope_schema(table: str) -> str:
     """The JSON converter's schema of a PostgreSQL connector's change event, as text."""
     row = f"{PREFIX}.public.{table}.Value"
-    fields = [*ROW_FIELDS, {"type": "string", "optional": True, "field": own_field(table)}]
+    name, kind = own_field(table)
+    fields = [*ROW_FIELDS, {"type": kind, "optional": True, "field": name}]
     return json.dumps({"type": "struct", "optional": False, "name": f"{PREFIX}.public.{table}.Envelope",
                        "fields": [
                            {"type": "struct", "optional": True, "name": row, "field": "before", "fields": fields},
@@ -178,8 +188,9 @@ class Changes:
         return f"name-{key}-{n}", f"user{key}.{n}@example.org", Decimal(n).scaleb(-2)
 
     def _image(self, table: str, key: int, row: tuple) -> dict:
+        name, kind = own_field(table)
         return {"id": key, "first_name": row[0], "email": row[1], "balance": decimal_bytes(row[2]),
-                "updated_at": 1_700_000_000_000_000 + self.lsn, own_field(table): row[0]}
+                "updated_at": 1_700_000_000_000_000 + self.lsn, name: own_value(kind, key, row[0])}
 
 
 def produce(config: dict, batches: list[tuple[str, list[tuple[bytes, bytes]]]]) -> None:
@@ -193,7 +204,7 @@ def produce(config: dict, batches: list[tuple[str, list[tuple[bytes, bytes]]]]) 
 
 
 def pipeline_for(bootstrap: str, root: Path, per_topic: bool):
-    kafka = {"bootstrap_servers": bootstrap, "starting_offsets": "earliest"}
+    kafka: dict[str, Any] = {"bootstrap_servers": bootstrap, "starting_offsets": "earliest"}
     if per_topic:
         kafka["pattern"] = rf"{PREFIX}\..*"
         target, dead = str(root / "tables" / "${topic}"), str(root / "dead_letter" / "${topic}")
@@ -283,6 +294,16 @@ class Cpu:
         return py.user + py.system, jvm.user + jvm.system
 
 
+def compilations(spark) -> int | None:
+    """Whole-stage and expression classes Spark has compiled (Janino) in this JVM so far: a
+    plan whose code is not in the codegen cache is compiled again."""
+    try:
+        return int(spark.sparkContext._jvm.org.apache.spark.metrics.source.CodegenMetrics
+                   .METRIC_COMPILATION_TIME().getCount())
+    except Exception:
+        return None
+
+
 def load() -> float:
     return float(Path("/proc/loadavg").read_text().split()[0])
 
@@ -292,8 +313,8 @@ class Leg:
     name: str  # one_table, before, after (with @threads when not the default)
     kind: str
     threads: int = 1
-    pipeline: object = None
-    processor: object = None
+    pipeline: Any = None
+    processor: Any = None
 
 
 def make_legs(spark, bootstrap: str, work: Path, specs: list[str], threads: int, reports: list) -> list[Leg]:
@@ -321,6 +342,7 @@ def run_batch(spark, leg: Leg, status: SparkStatus, cpu: Cpu, reports: list) -> 
 
     def timed(batch_df, batch_id):
         seen["load"] = load()
+        seen["compiled"] = compilations(spark)
         seen["cpu0"] = cpu.read()
         started = time.perf_counter()
         leg.processor(batch_df, batch_id)
@@ -339,6 +361,7 @@ def run_batch(spark, leg: Leg, status: SparkStatus, cpu: Cpu, reports: list) -> 
     if "cpu0" not in seen:
         raise RuntimeError(f"{leg.name}: the trigger ran no batch")
     counts = status.since(marks)
+    compiled = compilations(spark)
     reports = reports[reports_before:]
     (py0, jvm0), (py1, jvm1) = seen["cpu0"], seen["cpu1"]
     return {"batch_id": seen["batch_id"], "seconds": seen["seconds"],
@@ -347,6 +370,7 @@ def run_batch(spark, leg: Leg, status: SparkStatus, cpu: Cpu, reports: list) -> 
             "python_cpu_settled_s": settled[0] - py0, "jvm_cpu_settled_s": settled[1] - jvm0,
             "tables": len(reports), "records": sum(r.summary.read for r in reports),
             "dead_letters": sum(r.summary.dead_letters for r in reports),
+            "compilations": None if compiled is None or seen["compiled"] is None else compiled - seen["compiled"],
             "load_at_start": seen["load"], "load_at_end": load(), **counts}
 
 
@@ -405,6 +429,7 @@ def main() -> None:
     status, cpu, changes = SparkStatus(spark), Cpu(spark), Changes()
     runs: list[dict] = []
     reports: list = []
+    contents: dict = {"tables_checked": 0, "tables_wrong": [], "note": "the run stopped before the check"}
     started = time.time()
     try:
         config = broker.client_config()
@@ -412,7 +437,7 @@ def main() -> None:
             create_topic(config, f"{PREFIX}.t{n:03d}")
         create_topic(config, ONE)
         legs = make_legs(spark, broker.bootstrap, work, args.legs.split(","), args.threads, reports)
-        # the tables made (and the JVM warmed) by the last router leg, a record per key of five each
+        # the tables made (and the JVM warmed) by the last router leg: five changes per table
         phases = [("creation", shapes[0], [legs[0], legs[-1]])]
         phases += [(f"round {r}", shape, legs) for r in range(rounds) for shape in shapes]
         for number, (phase, shape, in_phase) in enumerate(phases):
@@ -427,15 +452,17 @@ def main() -> None:
                       f"records {figures['records']} jobs {figures['jobs']} (+{figures['background_jobs']}) "
                       f"tasks {figures['tasks']} cpu py {figures['python_cpu_settled_s']:.1f} "
                       f"jvm {figures['jvm_cpu_settled_s']:.1f} tasks {figures['task_cpu_s']:.1f} "
+                      f"compiled {figures['compilations']} "
                       f"load {figures['load_at_end']:.1f}", flush=True)
         contents = check_contents(work, changes)
     finally:
         spark.stop()
         broker.close()
         shutil.rmtree(work, ignore_errors=True)
-    report(runs, contents, {"records": records, "shapes": shapes, "rounds": rounds, "topics": args.topics,
-                            "legs": ["one_table", *args.legs.split(",")], "minutes": (time.time() - started) / 60,
-                            "cores": os.cpu_count()}, args.out)
+        if runs:  # what ran, also when a leg failed
+            report(runs, contents, {"records": records, "shapes": shapes, "rounds": rounds, "topics": args.topics,
+                                    "legs": ["one_table", *args.legs.split(",")],
+                                    "minutes": (time.time() - started) / 60, "cores": os.cpu_count()}, args.out)
 
 
 def summarize(runs: list[dict]) -> list[dict]:
@@ -476,9 +503,9 @@ def _row(mine: list[dict], base: dict, shape: int, leg: str, batch: str) -> dict
         "tasks_per_table": per_table("tasks"),
         "python_cpu_s_per_table": per_table("python_cpu_settled_s"),
         "jvm_cpu_s_per_table": per_table("jvm_cpu_settled_s"),
-        "task_cpu_s_per_table": per_table("task_cpu_s"),
+        "task_cpu_s_per_table": per_table("task_cpu_s"), "compilations_per_table": per_table("compilations"),
         "one_table": {key: _median(ones, key) for key in ("jobs", "background_jobs", "tasks", "python_cpu_settled_s",
-                                                          "jvm_cpu_settled_s", "task_cpu_s")},
+                                                          "jvm_cpu_settled_s", "task_cpu_s", "compilations")},
         "load": [min(r["load_at_start"] for r in mine), max(r["load_at_end"] for r in mine)],
     }
 
