@@ -38,34 +38,31 @@ background work has settled); the tasks' own CPU (the executor's share, from Spa
 API; the JVM's rest is the driver's); jobs and tasks (the background jobs counted apart).
 At the end every table is read with delta-rs and compared with the changes produced for its
 topic. `--quick`: 5,000 records a batch, shapes 50,20,1 (50 tables made), one round. The
-default: 10,000 records, shapes 200,50,20,1, two rounds (200 tables made). Results: bench/results/many_topics.json
-(`--out` to name another file); bench/results/README.md holds the figures.
+default: 10,000 records, shapes 200,50,20,1, two rounds (200 tables made). Results go to
+bench/results/many_topics.json (`--out` names another file); bench/results/README.md holds
+the figures. The events: `bench.harness.database_changes`; the costs: `bench.harness.batch_costs`.
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
 import functools
 import json
 import os
-import random
 import shutil
 import statistics
 import tempfile
 import time
-import urllib.request
 from contextlib import ExitStack, nullcontext
-from dataclasses import dataclass, field
-from decimal import Decimal
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psutil
 import yaml
-from confluent_kafka import Producer
 
 from bench import RESULTS
+from bench.harness.batch_costs import Cpu, SparkStatus, compilations, load
+from bench.harness.database_changes import PREFIX, Changes, produce
 from ingest.batch import message_columns
 from ingest.batch.formats import cdc as cdc_format
 from ingest.batch.processor import BatchProcessor, payload_schema
@@ -76,132 +73,7 @@ from ingest.platform.caching import kept
 from ingest.spec import template
 from ingest.spec.loader import load_text
 
-PREFIX = "dbz"  # the pattern's topics: dbz.t000 ...
 ONE = "one.all"  # the one_table leg's topic
-BACKGROUND = "ingest-background"  # job groups of ingest's background threads
-
-ROW_FIELDS = [
-    {"type": "int64", "optional": False, "field": "id"},
-    {"type": "string", "optional": True, "field": "first_name"},
-    {"type": "string", "optional": True, "field": "email"},
-    {"type": "bytes", "optional": True, "name": "org.apache.kafka.connect.data.Decimal", "version": 1,
-     "parameters": {"scale": "2", "connect.decimal.precision": "12"}, "field": "balance"},
-    {"type": "int64", "optional": True, "name": "io.debezium.time.MicroTimestamp", "version": 1,
-     "field": "updated_at"},
-]
-SOURCE_FIELDS = [
-    {"type": "string", "optional": False, "field": "version"},
-    {"type": "string", "optional": False, "field": "connector"},
-    {"type": "string", "optional": False, "field": "name"},
-    {"type": "int64", "optional": False, "field": "ts_ms"},
-    {"type": "string", "optional": False, "field": "db"},
-    {"type": "string", "optional": False, "field": "schema"},
-    {"type": "string", "optional": False, "field": "table"},
-    {"type": "int64", "optional": True, "field": "lsn"},
-]
-
-
-OWN_TYPES = ("string", "int64", "float64", "boolean")
-
-
-def own_field(table: str) -> tuple[str, str]:
-    """A column only this table has, its type by the table's number: a database's tables differ
-    in their columns, and a table's decode is built from its row."""
-    number = int(table[1:]) if table[1:].isdigit() else 0
-    return f"note_{table}", OWN_TYPES[number % len(OWN_TYPES)]
-
-
-def own_value(kind: str, key: int, name: str):
-    return {"string": name, "int64": key, "float64": key / 4, "boolean": key % 2 == 0}[kind]
-
-
-def envelope_schema(table: str) -> str:
-    """The JSON converter's schema of a PostgreSQL connector's change event, as text."""
-    row = f"{PREFIX}.public.{table}.Value"
-    name, kind = own_field(table)
-    fields = [*ROW_FIELDS, {"type": kind, "optional": True, "field": name}]
-    return json.dumps({"type": "struct", "optional": False, "name": f"{PREFIX}.public.{table}.Envelope",
-                       "fields": [
-                           {"type": "struct", "optional": True, "name": row, "field": "before", "fields": fields},
-                           {"type": "struct", "optional": True, "name": row, "field": "after", "fields": fields},
-                           {"type": "struct", "optional": False, "name": "io.debezium.connector.postgresql.Source",
-                            "field": "source", "fields": SOURCE_FIELDS},
-                           {"type": "string", "optional": False, "field": "op"},
-                           {"type": "int64", "optional": True, "field": "ts_ms"}]},
-                      separators=(",", ":"))
-
-
-def decimal_bytes(value: Decimal, scale: int = 2) -> str:
-    """Connect's Decimal: the unscaled value, big-endian two's complement, base64 in JSON."""
-    unscaled = int(value.scaleb(scale))
-    return base64.b64encode(unscaled.to_bytes((unscaled.bit_length() + 8) // 8 or 1, "big", signed=True)).decode()
-
-
-@dataclass
-class Changes:
-    """The changes produced, and each topic's rows as they must end (the source of truth)."""
-
-    seed: int = 7
-    lsn: int = 1_000_000
-    live: dict[str, dict[int, tuple]] = field(default_factory=dict)  # topic -> id -> (first_name, email, balance)
-    ids: dict[str, list[int]] = field(default_factory=dict)
-    next_id: dict[str, int] = field(default_factory=dict)
-    schemas: dict[str, str] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.rnd = random.Random(self.seed)
-
-    def events(self, topic: str, count: int) -> list[tuple[bytes, bytes]]:
-        live, ids = self.live.setdefault(topic, {}), self.ids.setdefault(topic, [])
-        table = topic.split(".")[-1]
-        schema = self.schemas.setdefault(topic, envelope_schema(table))
-        out = []
-        for _ in range(count):
-            self.lsn += 1
-            pick = self.rnd.random()
-            if ids and pick < 0.1:
-                index = self.rnd.randrange(len(ids))
-                ids[index], ids[-1] = ids[-1], ids[index]
-                key = ids.pop()
-                op, before, after = "d", self._image(table, key, live.pop(key)), None
-            elif ids and pick < 0.5:
-                key = ids[self.rnd.randrange(len(ids))]
-                old = live[key]
-                live[key] = self._row(key)
-                op, before, after = "u", self._image(table, key, old), self._image(table, key, live[key])
-            else:
-                key = self.next_id.get(topic, 1)
-                self.next_id[topic] = key + 1
-                ids.append(key)
-                live[key] = self._row(key)
-                op, before, after = "c", None, self._image(table, key, live[key])
-            payload = {"before": before, "after": after, "op": op, "ts_ms": 1_700_000_000_000,
-                       "source": {"version": "2.7.0.Final", "connector": "postgresql", "name": PREFIX,
-                                  "ts_ms": 1_700_000_000_000, "db": "shop", "schema": "public",
-                                  "table": topic, "lsn": self.lsn}}
-            value = '{"schema":' + schema + ',"payload":' + json.dumps(payload, separators=(",", ":")) + "}"
-            out.append((json.dumps({"id": key}).encode(), value.encode()))
-        return out
-
-    def _row(self, key: int) -> tuple:
-        n = self.rnd.randrange(10**6)
-        return f"name-{key}-{n}", f"user{key}.{n}@example.org", Decimal(n).scaleb(-2)
-
-    def _image(self, table: str, key: int, row: tuple) -> dict:
-        name, kind = own_field(table)
-        return {"id": key, "first_name": row[0], "email": row[1], "balance": decimal_bytes(row[2]),
-                "updated_at": 1_700_000_000_000_000 + self.lsn, name: own_value(kind, key, row[0])}
-
-
-def produce(config: dict, batches: list[tuple[str, list[tuple[bytes, bytes]]]]) -> None:
-    producer = Producer({**config, "enable.idempotence": True, "acks": "all", "linger.ms": 20})
-    for topic, events in batches:
-        for n, (key, value) in enumerate(events):
-            producer.produce(topic, key=key, value=value, partition=0)
-            if n % 5_000 == 0:
-                producer.poll(0)
-    assert producer.flush(120) == 0
-
 
 def pipeline_for(bootstrap: str, root: Path, per_topic: bool):
     kafka: dict[str, Any] = {"bootstrap_servers": bootstrap, "starting_offsets": "earliest"}
@@ -219,7 +91,7 @@ def pipeline_for(bootstrap: str, root: Path, per_topic: bool):
 
 
 # main's kept decodes (`formats.cdc._BUILT_FOR` was 16): the `before` leg decodes through these
-MAIN_STEPS = functools.lru_cache(maxsize=16)(cdc_format._json_steps.__wrapped__)
+MAIN_STEPS = functools.lru_cache(maxsize=16)(cdc_format.json_steps.__wrapped__)
 
 
 class MainRouter(TopicRouter):
@@ -227,11 +99,11 @@ class MainRouter(TopicRouter):
     the `before` leg."""
 
     def __call__(self, batch_df, batch_id: int) -> None:
-        steps, cdc_format._json_steps = cdc_format._json_steps, MAIN_STEPS
+        steps, cdc_format.json_steps = cdc_format.json_steps, MAIN_STEPS
         try:
             self._main_call(batch_df, batch_id)
         finally:
-            cdc_format._json_steps = steps
+            cdc_format.json_steps = steps
 
     def _main_call(self, batch_df, batch_id: int) -> None:
         with ExitStack() as cached:
@@ -245,67 +117,6 @@ class MainRouter(TopicRouter):
 
     def _pool(self, session, table: str):
         return nullcontext()
-
-
-class SparkStatus:
-    """Jobs, tasks and the tasks' CPU from Spark's status API (the UI's REST endpoints)."""
-
-    def __init__(self, spark):
-        context = spark.sparkContext
-        self.base = f"{context.uiWebUrl}/api/v1/applications/{context.applicationId}"
-        self.context = context
-
-    def _get(self, what: str) -> list[dict]:
-        with urllib.request.urlopen(f"{self.base}/{what}", timeout=120) as answer:
-            return json.load(answer)
-
-    def drained(self) -> None:
-        """The listener bus empty: every finished job is in the status store."""
-        try:
-            self.context._jsc.sc().listenerBus().waitUntilEmpty()
-        except Exception:
-            time.sleep(2)
-
-    def marks(self) -> tuple[int, int]:
-        self.drained()
-        jobs = self._get("jobs")
-        stages = self._get("stages")
-        return (max((j["jobId"] for j in jobs), default=-1), max((s["stageId"] for s in stages), default=-1))
-
-    def since(self, marks: tuple[int, int]) -> dict:
-        self.drained()
-        jobs = [j for j in self._get("jobs") if j["jobId"] > marks[0]]
-        stages = [s for s in self._get("stages") if s["stageId"] > marks[1]]
-        background = [j for j in jobs if str(j.get("jobGroup") or "").startswith(BACKGROUND)]
-        return {"jobs": len(jobs) - len(background), "background_jobs": len(background),
-                "tasks": sum(s.get("numTasks", 0) for s in stages),
-                "task_cpu_s": sum(s.get("executorCpuTime", 0) for s in stages) / 1e9}
-
-
-class Cpu:
-    """CPU seconds of this Python process and of the Spark JVM, from /proc."""
-
-    def __init__(self, spark):
-        self.python = psutil.Process()
-        self.jvm = psutil.Process(int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()))
-
-    def read(self) -> tuple[float, float]:
-        py, jvm = self.python.cpu_times(), self.jvm.cpu_times()
-        return py.user + py.system, jvm.user + jvm.system
-
-
-def compilations(spark) -> int | None:
-    """Whole-stage and expression classes Spark has compiled (Janino) in this JVM so far: a
-    plan whose code is not in the codegen cache is compiled again."""
-    try:
-        return int(spark.sparkContext._jvm.org.apache.spark.metrics.source.CodegenMetrics
-                   .METRIC_COMPILATION_TIME().getCount())
-    except Exception:
-        return None
-
-
-def load() -> float:
-    return float(Path("/proc/loadavg").read_text().split()[0])
 
 
 @dataclass

@@ -19,8 +19,9 @@ a share of everyone's: the batch is read from Kafka once and cached in a few
 partitions in topic order (`_gathered`), so a table's jobs run a task per core,
 not one per Kafka partition of every topic; each table's jobs run in a FAIR
 scheduler pool of their own (where the session schedules FAIR), so a big table's
-tasks do not queue the small tables' behind them; and a table with no record in
-the batch is not visited at all (docs/many-topics.md, "What a table costs a batch").
+tasks do not queue the small tables' behind them; the offset log's entries every
+table's position reads are read once a batch; and a table with no record in the
+batch is not visited at all (docs/many-topics.md, "What a table costs a batch").
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from ingest.batch.commit import faults
 from ingest.batch.commit.position import planned_range
 from ingest.batch.processor import BatchProcessor, BatchReport, payload_schema
 from ingest.errors import IngestError
+from ingest.kafka import checkpoint as spark_checkpoint
 from ingest.platform.caching import kept
 from ingest.spec import template
 from ingest.spec.model import Pipeline
@@ -83,7 +85,8 @@ class TopicRouter:
         self.__dict__.update(state, _lock=threading.Lock())
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
-        with ExitStack() as cached:
+        with ExitStack() as cached, spark_checkpoint.read_once(self.pipeline.checkpoint):
+            # the offset log's entries, which each table's position reads, read once too
             raw = kept(self._gathered(batch_df), cached)  # read Kafka once, however many tables
             if self.pipeline.columns_from_messages:
                 # every table's envelope schemas in one pass, which lists the topics too
