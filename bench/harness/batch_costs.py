@@ -47,7 +47,25 @@ class SparkStatus:
         background = [j for j in jobs if str(j.get("jobGroup") or "").startswith(BACKGROUND)]
         return {"jobs": len(jobs) - len(background), "background_jobs": len(background),
                 "tasks": sum(s.get("numTasks", 0) for s in stages),
-                "task_cpu_s": sum(s.get("executorCpuTime", 0) for s in stages) / 1e9}
+                "task_cpu_s": sum(s.get("executorCpuTime", 0) for s in stages) / 1e9,
+                "by_kind": by_kind(jobs, stages)}
+
+
+def by_kind(jobs: list[dict], stages: list[dict]) -> dict[str, dict]:
+    """Jobs by what they are (Delta's description, else Spark's call site): how many, their
+    tasks and the tasks' CPU seconds."""
+    cpu = {s["stageId"]: s.get("executorCpuTime", 0) / 1e9 for s in stages}
+    tasks = {s["stageId"]: s.get("numTasks", 0) for s in stages}
+    kinds: dict[str, dict] = {}
+    for job in jobs:
+        name = str(job.get("description") or job.get("name") or "?").split("\n")[0][:90]
+        if str(job.get("jobGroup") or "").startswith(BACKGROUND):
+            name = "background: " + name
+        kind = kinds.setdefault(name, {"jobs": 0, "tasks": 0, "task_cpu_s": 0.0})
+        kind["jobs"] += 1
+        kind["tasks"] += sum(tasks.get(stage, 0) for stage in job.get("stageIds", []))
+        kind["task_cpu_s"] += sum(cpu.get(stage, 0.0) for stage in job.get("stageIds", []))
+    return dict(sorted(kinds.items(), key=lambda item: -item[1]["jobs"]))
 
 
 class Cpu:
