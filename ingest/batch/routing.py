@@ -173,16 +173,18 @@ class TopicRouter:
     @contextmanager
     def _pool(self, session, table: str) -> Iterator[None]:
         """The table's jobs (and its background state's, whose thread inherits the property)
-        in a FAIR scheduler pool named after it: Spark then shares the cores between the
-        tables' jobs instead of running them in order of submission, so a big table's stages
-        do not hold the small tables' tasks back. Spark makes the pool at its first job
-        (weight 1, no minimum share). Under FIFO scheduling the property is ignored."""
+        in a FAIR scheduler pool of their own: Spark then shares the cores between the tables
+        committing at once instead of running their jobs in order of submission, so a big
+        table's stages do not hold the small tables' tasks back. A pool per table thread (a
+        thread commits one table at a time), so an application has `table_threads` of them
+        however many tables it writes; Spark makes each at its first job (weight 1, no
+        minimum share). Under FIFO scheduling the property is ignored."""
         context = session.sparkContext if _has_jvm(session) else None
         if context is None:
             yield
             return
         before = context.getLocalProperty(POOL)
-        context.setLocalProperty(POOL, f"ingest-table {table}")
+        context.setLocalProperty(POOL, f"ingest {threading.current_thread().name}")
         try:
             yield
         finally:

@@ -5,6 +5,8 @@ batch the router cached, so that cache's partitions are tasks in each table's fi
 
 from __future__ import annotations
 
+import threading
+
 from ingest.batch.routing import POOL, TopicRouter
 from ingest.spec.model import DeadLetter, KafkaSource, Pipeline, Source, Target, Uid
 
@@ -54,13 +56,13 @@ def test_a_batch_with_no_more_partitions_than_cores_is_cached_as_planned(spark, 
     assert router._gathered(batch) is batch  # one busy topic: no sort, no coalesce to pay
 
 
-def test_a_tables_jobs_run_in_a_scheduler_pool_of_its_own_and_the_threads_pool_comes_back(spark, tmp_path):
+def test_a_tables_jobs_run_in_its_threads_scheduler_pool_and_the_threads_pool_comes_back(spark, tmp_path):
     router = TopicRouter(per_topic(tmp_path))
     context = spark.sparkContext
     context.setLocalProperty(POOL, "the query's own")
     try:
         with router._pool(spark, "tables/t01"):
-            assert context.getLocalProperty(POOL) == "ingest-table tables/t01"
+            assert context.getLocalProperty(POOL) == f"ingest {threading.current_thread().name}"
         assert context.getLocalProperty(POOL) == "the query's own"
     finally:
         context.setLocalProperty(POOL, None)
