@@ -13,6 +13,15 @@ session conf (`ledger.txn_settings`), and a session's conf is shared by every
 thread, so each thread works on a clone of the batch's session (same settings,
 conf of its own). Where a session cannot be cloned (Spark Connect), the tables
 commit one after another on the batch's session.
+
+What a table with data costs a batch is its own jobs (summary, MERGE, commit), not
+a share of everyone's: the batch is read from Kafka once and cached in a few
+partitions in topic order (`_gathered`), so a table's jobs run a task per core,
+not one per Kafka partition of every topic; each table's jobs run in a FAIR
+scheduler pool of their own (where the session schedules FAIR), so a big table's
+tasks do not queue the small tables' behind them; the offset log's entries every
+table's position reads are read once a batch; and a table with no record in the
+batch is not visited at all (docs/many-topics.md, "What a table costs a batch").
 """
 
 from __future__ import annotations
@@ -21,9 +30,9 @@ import logging
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from typing import Callable, Iterator
 
 from pyspark.sql import DataFrame
 
@@ -32,11 +41,14 @@ from ingest.batch.commit import faults
 from ingest.batch.commit.position import planned_range
 from ingest.batch.processor import BatchProcessor, BatchReport, payload_schema
 from ingest.errors import IngestError
+from ingest.kafka import checkpoint as spark_checkpoint
 from ingest.platform.caching import kept
 from ingest.spec import template
 from ingest.spec.model import Pipeline
 
 log = logging.getLogger("ingest.run")
+
+POOL = "spark.scheduler.pool"
 
 class NoSchema(IngestError):
     """A topic the pattern matched has no schema of its own and there is no shared one."""
@@ -73,14 +85,35 @@ class TopicRouter:
         self.__dict__.update(state, _lock=threading.Lock())
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
-        with ExitStack() as cached:
-            raw = kept(batch_df, cached)  # read Kafka once, however many tables
-            present = [row.topic for row in raw.select("topic").distinct().collect()]
+        with ExitStack() as cached, spark_checkpoint.read_once(self.pipeline.checkpoint):
+            # the offset log's entries, which each table's position reads, read once too
+            raw = kept(self._gathered(batch_df), cached)  # read Kafka once, however many tables
+            if self.pipeline.columns_from_messages:
+                # every table's envelope schemas in one pass, which lists the topics too
+                envelopes = message_columns.envelope_schemas(raw)
+                present = sorted(envelopes)
+            else:
+                envelopes = {}
+                present = [row.topic for row in raw.select("topic").distinct().collect()]
             if self.pipeline.records_data_loss:
                 self._record_lost_slices(raw.sparkSession, batch_id, present)
-            # the columns from the messages: every table's envelope schemas in one pass
-            envelopes = message_columns.envelope_schemas(raw) if self.pipeline.columns_from_messages else {}
             self._commit_all(raw, batch_id, template.tables_of(self.pipeline, present), envelopes)
+
+    def _gathered(self, batch_df: DataFrame) -> DataFrame:
+        """The batch in as many partitions as the driver runs tasks at once, each in topic
+        order. Spark plans a partition per Kafka partition with records, and every table's
+        jobs filter the cached batch: as planned, a table's first stage would run a task for
+        each of them, every topic's (200 busy topics: 200 tasks to find one topic's rows, and
+        40,000 a batch). Gathered, a table runs a task per core, and in topic order the
+        cache's column batches hold a topic's rows together, so their min/max statistics let
+        a table's scan skip the batches of other topics. The same records: `coalesce` joins
+        partitions without a shuffle, and nothing after depends on their order (the uid's
+        ranking and the change order compare Kafka positions, not arrival)."""
+        slots = _task_slots(batch_df)
+        partitions = _partitions(batch_df) if slots is not None else None
+        if slots is None or partitions is None or partitions <= slots:
+            return batch_df  # as many tasks as cores at most already (or not known here)
+        return batch_df.coalesce(slots).sortWithinPartitions("topic", "partition", "offset")
 
     def settle(self) -> None:
         """Once the query has ended: each table's work beside the batches, finished."""
@@ -129,12 +162,33 @@ class TopicRouter:
         if session is not raw.sparkSession:
             rows = DataFrame(rows._jdf, session)  # MERGE and txn conf on this thread's session
         processor = self._processor(table, topics[0], session)
+        with self._pool(session, table):
+            try:
+                processor(rows, batch_id, {topic: envelopes[topic] for topic in topics if topic in envelopes}
+                          if envelopes else None)
+            except Exception:
+                self.failure = processor.failure
+                raise
+
+    @contextmanager
+    def _pool(self, session, table: str) -> Iterator[None]:
+        """The table's jobs (and its background state's, whose thread inherits the property)
+        in a FAIR scheduler pool of their own: Spark then shares the cores between the tables
+        committing at once instead of running their jobs in order of submission, so a big
+        table's stages do not hold the small tables' tasks back. A pool per table thread (a
+        thread commits one table at a time), so an application has `table_threads` of them
+        however many tables it writes; Spark makes each at its first job (weight 1, no
+        minimum share). Under FIFO scheduling the property is ignored."""
+        context = session.sparkContext if _has_jvm(session) else None
+        if context is None:
+            yield
+            return
+        before = context.getLocalProperty(POOL)
+        context.setLocalProperty(POOL, f"ingest {threading.current_thread().name}")
         try:
-            processor(rows, batch_id, {topic: envelopes[topic] for topic in topics if topic in envelopes}
-                      if envelopes else None)
-        except Exception:
-            self.failure = processor.failure
-            raise
+            yield
+        finally:
+            context.setLocalProperty(POOL, before)
 
     def _processor(self, table: str, topic: str, session) -> BatchProcessor:
         with self._lock:
@@ -161,6 +215,26 @@ class TopicRouter:
     def _between_tables(done: int, total: int, batch_id: int) -> None:
         if done < total:  # some table of the batch has committed, another has not yet
             faults.point("between_tables", batch_id)
+
+
+def _has_jvm(session) -> bool:
+    return getattr(session, "_jsparkSession", None) is not None
+
+
+def _task_slots(frame: DataFrame) -> int | None:
+    """How many tasks the session's cluster runs at once (None: not known here, Spark Connect)."""
+    if not _has_jvm(frame.sparkSession):
+        return None
+    return max(1, frame.sparkSession.sparkContext.defaultParallelism)
+
+
+def _partitions(frame: DataFrame) -> int | None:
+    """How many partitions Spark planned for `frame` (planning only: no job runs)."""
+    try:
+        return int(frame._jdf.rdd().getNumPartitions())
+    except Exception as error:  # a frame without a JVM plan here: left as planned
+        log.debug("the batch's partitions could not be counted: %s", error)
+        return None
 
 
 def _cloner(session) -> Callable[[], object] | None:

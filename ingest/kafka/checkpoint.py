@@ -12,10 +12,25 @@ markers. Files are read through `platform.files`, so any file system works.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Iterator
 
 from ingest.kafka.offsets import Offsets, from_json
 from ingest.platform.files import numbered_files, read_text
+
+
+@dataclass
+class _BatchFiles:
+    """A checkpoint's files as a running batch read them (`read_once`)."""
+
+    texts: dict[str, str | None] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)  # the tables asking wait for one read
+
+
+_read_in_batch: dict[str, _BatchFiles] = {}  # checkpoint -> its files, while a batch reads them once
+_registering = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -52,13 +67,43 @@ def parse_initial_offsets(text: str | None) -> Offsets | None:
     return from_json(json.loads(lines[-1])) if lines else None
 
 
+@contextmanager
+def read_once(checkpoint: str) -> Iterator[None]:
+    """Within it, the planned ranges of `checkpoint`'s batches are read from its files once, for
+    however many tables ask (`batch.routing`: each table's position asks for its batch's). On an
+    object store each read is a Spark job. Only while the batch runs: Spark wrote its offset log
+    entry (and the one before) before it called the batch function and changes neither while it
+    runs; after it, a checkpoint made again at the same path is read afresh."""
+    root = checkpoint.rstrip("/")
+    with _registering:
+        _read_in_batch[root] = _BatchFiles()
+    try:
+        yield
+    finally:
+        with _registering:
+            _read_in_batch.pop(root, None)
+
+
+def _text(session, checkpoint: str, name: str) -> str | None:
+    root = checkpoint.rstrip("/")
+    location = root + name
+    with _registering:
+        files = _read_in_batch.get(root)
+    if files is None:
+        return read_text(session, location)
+    with files.lock:
+        if location not in files.texts:
+            files.texts[location] = read_text(session, location)
+        return files.texts[location]
+
+
 def initial_offsets(session, checkpoint: str) -> Offsets | None:
     """Where the checkpoint's query started, or None before its first batch was planned."""
-    return parse_initial_offsets(read_text(session, f"{checkpoint.rstrip('/')}/sources/0/0"))
+    return parse_initial_offsets(_text(session, checkpoint, "/sources/0/0"))
 
 
 def planned_end(session, checkpoint: str, batch_id: int) -> Offsets | None:
-    text = read_text(session, f"{checkpoint.rstrip('/')}/offsets/{batch_id}")
+    text = _text(session, checkpoint, f"/offsets/{batch_id}")
     return parse_offsets_file(text) if text else None
 
 

@@ -73,6 +73,10 @@ LOCAL_DEFAULTS = {
     JAVA_OPTIONS: f"-Dlog4j2.configurationFile={LOG_CONFIG} {' '.join(HEAP_FOLLOWS_LIVE_SET)}",
     # System.gc() every few minutes, concurrent through the option above (30 minutes by default)
     "spark.cleaner.periodicGC.interval": "2min",
+    # A table per topic: each table's jobs go to a pool of their own (`batch.routing`), and FAIR
+    # shares the cores between them, so one big table's stages do not queue the small ones'.
+    # Jobs without a pool share the default one, in order of submission, as under FIFO.
+    "spark.scheduler.mode": "FAIR",
 }
 
 

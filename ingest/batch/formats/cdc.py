@@ -52,7 +52,7 @@ def decode_envelope(raw: DataFrame, cdc: Cdc, row, from_messages: bool = False) 
     with_raw = raw.select(F.struct(*[F.col(c) for c in RAW_FIELDS]).alias(RAW))
     if not isinstance(row, StructType):
         return _avro_envelope(with_raw, cdc, row)
-    return _in_steps(with_raw, _json_steps(_decoding(cdc, row, from_messages)))
+    return _in_steps(with_raw, json_steps(_decoding(cdc, row, from_messages)))
 
 
 def _avro_envelope(with_raw: DataFrame, cdc: Cdc, decoder) -> DataFrame:
@@ -73,8 +73,9 @@ def _avro_envelope(with_raw: DataFrame, cdc: Cdc, decoder) -> DataFrame:
 
 # What turns a batch's envelopes into changes, as the steps below build it, is the same for every
 # batch of a run: built once (thousands of calls into the JVM for a few columns), for each JVM
-# this process talks to (Spark Connect: none).
-_BUILT_FOR = 16
+# this process talks to (Spark Connect: none). A whole database in one job has a row per table:
+# kept for a thousand, so a batch of 50 tables changing does not build 50 again (16 did).
+_BUILT_FOR = 1024
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,9 @@ def _decoding(cdc: Cdc, row: StructType, from_messages: bool = False) -> _Decodi
 
 
 @functools.lru_cache(maxsize=_BUILT_FOR)
-def _json_steps(decoding: _Decoding) -> list:
+def json_steps(decoding: _Decoding) -> list:
+    """The steps from a JSON envelope to its change, kept per row (bench/studies/many_topics.py
+    runs main's 16 kept in their place)."""
     row = decoding.row
     parse = [RAW, F.from_json(F.col(f"{RAW}.value").cast("string"), _parse_schema(row),
                               {"columnNameOfCorruptRecord": _CORRUPT}).alias("p")]

@@ -59,3 +59,12 @@ def test_a_connect_server_started_here_joins_them_too():
 
 def test_an_empty_layer_keeps_what_came_before():
     assert builder.merged({JAVA_OPTIONS: "-Da=1"}, None, {}, {"x": "1"}) == {JAVA_OPTIONS: "-Da=1", "x": "1"}
+
+
+def test_a_local_session_schedules_fair_so_a_batchs_tables_share_the_cores():
+    """The router puts each table's jobs in a pool of its own (docs/many-topics.md); Spark reads
+    the mode when the application starts, so a session started here sets it, and a user's wins."""
+    assert session_settings("ingest-run", None, None, local=True)["spark.scheduler.mode"] == "FAIR"
+    assert session_settings("ingest-run", {"spark.scheduler.mode": "FIFO"}, None,
+                            local=True)["spark.scheduler.mode"] == "FIFO"
+    assert "spark.scheduler.mode" not in session_settings("ingest-run", None, None, local=False)
