@@ -96,6 +96,10 @@ def summarize(runs: Sequence[dict]) -> dict:
     return {"P2": _median(p2), "P2_per_rep": p2, "goal": 1.0, "legs": legs}
 
 
+def _figure(value: float | None, spec: str) -> str | None:
+    return None if value is None else format(value, spec)
+
+
 def _table(header: Sequence[str], rows: Sequence[Sequence]) -> list[str]:
     return (["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
             + ["| " + " | ".join("-" if c is None else str(c) for c in row) + " |" for row in rows])
@@ -120,14 +124,15 @@ def text_report(results: dict) -> str:
     p2 = summary["P2"]
     verdict = "met" if p2 is not None and p2 >= summary["goal"] else "missed"
     lines += _table(["ratio", "what", "median", "per repetition", "goal", ""],
-                    [["P2", "changes/s of ingest / the textbook foreachBatch MERGE", p2,
+                    [["P2", "changes/s of ingest / the textbook foreachBatch MERGE", _figure(p2, ".2f"),
                       ", ".join(f"{v:.2f}" for v in summary["P2_per_rep"]), ">= 1.0", verdict]]) + [""]
     legs = summary["legs"]
     expected = results["expected_live"]
     lines += _table(["leg", "median s", "changes/s", "CPU-s per M changes", "peak RSS MB", "batches",
                      f"keys wrong (of {expected:,} live), per repetition"],
-                    [[leg, legs[leg]["seconds"], f"{legs[leg]['changes_per_second']:,.0f}",
-                      legs[leg]["cpu_seconds_per_million"], legs[leg]["rss_peak_mb"], legs[leg]["batches"],
+                    [[leg, _figure(legs[leg]["seconds"], ".1f"), _figure(legs[leg]["changes_per_second"], ",.0f"),
+                      _figure(legs[leg]["cpu_seconds_per_million"], ".1f"), _figure(legs[leg]["rss_peak_mb"], ",.0f"),
+                      _figure(legs[leg]["batches"], ".0f"),
                       ", ".join(f"{n:,}" for n in legs[leg]["keys_wrong"])] for leg in LEGS]) + [""]
     textbook = [r for r in results["runs"] if r["leg"] == "textbook"]
     if textbook:
@@ -201,29 +206,34 @@ def table_properties(spark, path: str) -> dict[str, str]:
 
 
 def produce(config: dict, topic: str, changes: Sequence[Change]) -> Sent:
-    """Each change keyed as Debezium keys it, a tombstone after each delete; where each landed."""
+    """Each change keyed as Debezium keys it, a tombstone after each delete; where each landed
+    (the broker's offsets, from the delivery reports)."""
     from confluent_kafka import Producer
 
-    sent = Sent()
-    producer = Producer({**config, "enable.idempotence": True, "acks": "all", "linger.ms": 20,
-                         "compression.type": "lz4"})
+    from bench.harness.datagen import producer_config
 
-    def landed(change):
-        def record(error, message):
-            assert error is None, error
+    sent = Sent()
+    producer = Producer(producer_config(config))
+
+    def landed(change: Change | None):
+        def record(error, message) -> None:
+            if error is not None:
+                raise RuntimeError(f"not delivered to {topic}: {error}")
             sent.at[(message.partition(), message.offset())] = change
         return record
 
-    for n, change in enumerate(changes):
+    for change in changes:
         partition = change.key % PARTITIONS
-        producer.produce(topic, key=change.message_key(), value=change.value(), partition=partition,
-                         on_delivery=landed(change))
-        if change.op == "d":
-            producer.produce(topic, key=change.message_key(), value=None, partition=partition,
-                             on_delivery=landed(None))
-        if n % 10_000 == 0:
-            producer.poll(0)
-    assert producer.flush(300) == 0
+        for value in (change.value(), None) if change.op == "d" else (change.value(),):
+            while True:
+                try:
+                    producer.produce(topic, key=change.message_key(), value=value, partition=partition,
+                                     on_delivery=landed(None if value is None else change))
+                    break
+                except BufferError:  # the local queue is full: let librdkafka drain it
+                    producer.poll(0.05)
+    if producer.flush(300) != 0:
+        raise RuntimeError(f"{topic}: not every change was delivered")
     return sent
 
 

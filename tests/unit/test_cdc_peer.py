@@ -132,3 +132,27 @@ def test_p2_is_ingests_rate_over_the_textbooks_within_each_repetition():
     summary = summarize([run(0, "ingest", 800.0), run(0, "textbook", 1000.0),
                          run(1, "textbook", 500.0), run(1, "ingest", 600.0)])
     assert summary["P2_per_rep"] == [0.8, 1.2] and summary["P2"] == 1.0
+
+
+def test_the_report_gives_p2_with_its_verdict_and_each_sides_wrong_keys():
+    from bench.studies.cdc_peer import text_report
+
+    def run(rep, leg, rate, wrong):
+        return {"rep": rep, "leg": leg, "changes_per_second": rate, "seconds": 10.0, "cpu_seconds_per_million": 90.0,
+                "rss_peak_mb": 2_000, "batches": 5, "settle_seconds": 0.1, "wrong": {"keys": wrong},
+                "wrong_against_own_method": {"keys": 0}}
+
+    runs = [run(0, "ingest", 900.0, 0), run(0, "textbook", 1000.0, 812), run(1, "textbook", 1000.0, 812),
+            run(1, "ingest", 950.0, 0)]
+    stream = stream_figures(SHAPE, change_stream(SHAPE))
+    machine = {"cpu": "cpu", "cores": 2, "memory_gb": 8, "os": "Linux", "python": "3.11", "java": "java 17",
+               "pyspark": "4.2.0", "delta_spark": "4.4.0", "confluent_kafka": "2", "load_start": 1.0, "load_end": 2.0}
+    results = {"summary": summarize(runs), "stream": stream, "runs": runs, "records": 6_500, "reps": 2,
+               "scale": {"name": "quick", "files": 4, "max_offsets": 500}, "machine": machine,
+               "started_at": "2026-12-02 05:40 UTC", "elapsed_seconds": 300.0, "expected_live": 2_100}
+    text = text_report(results)
+    assert "`bench/run cdc_peer --quick`" in text
+    assert "| P2 | changes/s of ingest / the textbook foreachBatch MERGE | 0.93 | 0.90, 0.95 | >= 1.0 | missed |" \
+        in text
+    assert "| textbook | 10.0 | 1,000 | 90.0 | 2,000 | 5 | 812, 812 |" in text
+    assert "| ingest | 10.0 | 925 | 90.0 | 2,000 | 5 | 0, 0 |" in text
