@@ -180,6 +180,7 @@ def build_tables(spark, work: Path, keys: int, files: int, target) -> dict[str, 
     (its columns, its properties), the textbook's as a Spark user writes one; the same rows in
     `files` files in key order."""
     from pyspark.sql import functions as F
+    from pyspark.sql.types import StructField, StructType
 
     from ingest.batch.merge.target import create_table
 
@@ -192,7 +193,9 @@ def build_tables(spark, work: Path, keys: int, files: int, target) -> dict[str, 
         (F.col("id") - FIRST_ID).alias("_offset"), F.current_timestamp().alias("_kafka_timestamp"),
         F.current_timestamp().alias("_ingested_at"), F.lit(False).alias("_deleted"))
     paths = {"ingest": str(work / "initial-ingest"), "textbook": str(work / "initial-textbook")}
-    create_table(spark, replace(target, path=paths["ingest"]), ingest_rows)
+    # made with the columns as a batch's rows have them: nullable (a delete's row is its key alone)
+    columns = StructType([StructField(f.name, f.dataType, True) for f in ingest_rows.schema.fields])
+    create_table(spark, replace(target, path=paths["ingest"]), spark.createDataFrame([], columns))
     (ingest_rows.repartitionByRange(files, "_uid").sortWithinPartitions("_uid")
      .write.format("delta").mode("append").save(paths["ingest"]))
     rows.repartitionByRange(files, "id").sortWithinPartitions("id").write.format("delta").save(paths["textbook"])
