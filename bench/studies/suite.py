@@ -18,7 +18,8 @@ from bench.harness.runner import Bench, Part, log, main
 from bench.profiles import driver_profile
 from bench.studies import first_commit, fixed_cost, history, latency, merge_scale
 
-STANDALONE = ("batch_settings", "cdc_merge", "connect", "formats", "many_topics", "small_files", "jvm_profile")
+STANDALONE = ("batch_settings", "cdc_merge", "cdc_path", "cdc_peer", "connect", "formats", "many_topics", "small_files",
+              "jvm_profile")
 
 
 def run_leg(bench: Bench, leg: str, topic: Topic, rep: int) -> dict:
