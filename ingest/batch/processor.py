@@ -28,7 +28,6 @@ import threading
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
 from typing import Callable
 
 from pyspark.sql import DataFrame
@@ -36,6 +35,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from ingest.batch import lost_ranges, message_columns, message_key, schema_evolution, transform
+from ingest.batch.bounds import merge_bounds
 from ingest.batch.commit import faults, ledger
 from ingest.batch.commit.conflicts import retry_conflicts
 from ingest.batch.commit.owner import OwnerCheck
@@ -60,7 +60,6 @@ log = logging.getLogger("ingest.run")
 
 STAGES = ("decode", "transform", "uid", "filtered")
 PREPARE_JOB_GROUP = "ingest-background-prepare-target"
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 # What the MERGE, the ledger and the summary need of the raw record: its coordinates, not its bytes.
 _COORDINATES = ("topic", "partition", "offset", "timestamp")
 
@@ -423,33 +422,11 @@ def _summary(rows, with_horizon: bool, with_deletes: bool = False, counts_unknow
             by_stage[s] += row[s]
     return BatchSummary(read=sum(r.read for r in rows), unique=sum(r.unique for r in rows),
                         by_stage=by_stage, start_offsets=start, end_offsets=end,
-                        bounds=_bounds(rows, with_horizon),
+                        bounds=merge_bounds(rows, with_horizon),
                         deletes=sum(r.deletes for r in rows) if with_deletes else 0,
                         unknown_fields=sum(r.unknown_fields for r in rows) if counts_unknown else 0,
                         unknown_example=next((r.unknown_example for r in rows if r.unknown_example), None)
                         if counts_unknown else None)
-
-
-def _bounds(rows, with_horizon: bool) -> dict[str, str]:
-    bounds = {}
-    uids_min = [r.uid_min for r in rows if r.uid_min is not None]
-    if uids_min:
-        bounds["uid_min"] = min(uids_min)
-        bounds["uid_max"] = max(r.uid_max for r in rows if r.uid_max is not None)
-    # A record without the horizon column could match a target row anywhere: no bound then.
-    if with_horizon and not any(r.null_horizon for r in rows):
-        lows = [r.lo for r in rows if r.lo is not None]
-        if lows:
-            bounds["horizon_lo"] = utc_literal(min(lows))
-            bounds["horizon_hi"] = utc_literal(max(r.hi for r in rows if r.hi is not None))
-    return bounds
-
-
-def utc_literal(micros: int) -> str:
-    """An instant as text Spark's TIMESTAMP literal reads back exactly, whatever the
-    session time zone: UTC with an explicit `Z`."""
-    instant = _EPOCH + timedelta(microseconds=micros)
-    return instant.strftime("%Y-%m-%d %H:%M:%S.%f") + "Z"
 
 
 def decode_records(raw: DataFrame, pipeline: Pipeline, schema) -> DataFrame:

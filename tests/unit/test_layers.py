@@ -95,7 +95,7 @@ def test_a_delta_table_is_opened_by_name_or_path_in_one_module():
 # Inside `batch/`, bottom to top: the staged columns, the formats that decode into them,
 # the commits (txn id, conflicts, crash points), the record steps, the MERGE, and the
 # batch itself. A district may import its own tier and the tiers below it.
-BATCH_TIERS = [{"staged"}, {"formats"}, {"commit"}, {"transform", "uid", "schema_evolution"}, {"merge"},
+BATCH_TIERS = [{"staged"}, {"formats"}, {"commit"}, {"transform", "uid", "schema_evolution", "bounds"}, {"merge"},
                {"lost_ranges", "processor", "routing", "message_columns", "message_key"}]
 
 
