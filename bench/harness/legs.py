@@ -101,14 +101,19 @@ def _stream(bench, topic: Topic, root: Path):
     return reader.load()
 
 
-def _await(query) -> int:
+def finished(query) -> list:
+    """The query's progress reports once it has ended (stopped either way; its error raised)."""
     try:
         query.awaitTermination()
         if query.exception() is not None:
             raise RuntimeError(f"query failed: {query.exception()}")
     finally:
         query.stop()
-    return sum(p["numInputRows"] for p in query.recentProgress)
+    return query.recentProgress
+
+
+def _await(query) -> int:
+    return sum(p["numInputRows"] for p in finished(query))
 
 
 BACKGROUND_JOB_GROUP = "ingest-background"  # prefix of the product's background threads' job groups

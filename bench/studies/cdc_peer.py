@@ -65,6 +65,7 @@ from bench.harness.cdc_stream import (
     textbook_state,
     wrong_keys,
 )
+from bench.harness.legs import finished
 
 PARTITIONS = 2
 ROWS_PER_FILE = 25_000  # the initial tables' files: cdc_merge's 1M rows in 40 files
@@ -285,13 +286,7 @@ def textbook_upsert(spark, target: str):
 
 
 def _await(query) -> list[dict]:
-    try:
-        query.awaitTermination()
-        if query.exception() is not None:
-            raise RuntimeError(f"query failed: {query.exception()}")
-    finally:
-        query.stop()
-    return [json.loads(p.json) if hasattr(p, "json") else dict(p) for p in query.recentProgress]
+    return [json.loads(p.json) if hasattr(p, "json") else dict(p) for p in finished(query)]
 
 
 def run_textbook(spark, pipeline, target: str) -> tuple[list[dict], float]:
