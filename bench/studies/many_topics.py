@@ -24,7 +24,10 @@ each leg's batch its own freshly produced changes of the shape:
 
 - `before`: the router as main had it at 6aa536a (`MainRouter` below: the raw batch cached
   as Kafka planned it, a partition per Kafka partition; its topics by a `distinct` of their
-  own; no scheduler pool per table; 16 tables' decodes kept, as `formats.cdc` kept them);
+  own; no scheduler pool per table; 16 tables' decodes kept, as `formats.cdc` kept them;
+  plans compiled);
+- `compiled`: `ingest.batch.routing.TopicRouter` with Spark's plans compiled to Java, as it
+  was before a batch of several tables evaluated them interpreted (`routing.INTERPRETED`);
 - `after`: `ingest.batch.routing.TopicRouter` as it is.
 
 The routers take turns over one checkpoint and one set of tables, with the same
@@ -54,7 +57,7 @@ import statistics
 import tempfile
 import time
 from contextlib import ExitStack, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +92,10 @@ def pipeline_for(bootstrap: str, root: Path, per_topic: bool):
                 "dead_letter": {"path": dead}}
     return load_text(yaml.safe_dump(document, sort_keys=False), "many_topics.yaml").pipeline
 
+
+# Spark's plans compiled to Java (its default), set on the session, which the router then leaves
+# as it is: the `before` and `compiled` legs
+COMPILED = {"spark.sql.codegen.wholeStage": "true", "spark.sql.codegen.factoryMode": "FALLBACK"}
 
 # main's kept decodes (`formats.cdc._BUILT_FOR` was 16): the `before` leg decodes through these
 MAIN_STEPS = functools.lru_cache(maxsize=16)(cdc_format.json_steps.__wrapped__)
@@ -126,6 +133,7 @@ class Leg:
     threads: int = 1
     pipeline: Any = None
     processor: Any = None
+    settings: dict = field(default_factory=dict)  # runtime SQL settings for the leg's batches only
 
 
 def make_legs(spark, bootstrap: str, work: Path, specs: list[str], threads: int, reports: list) -> list[Leg]:
@@ -141,7 +149,8 @@ def make_legs(spark, bootstrap: str, work: Path, specs: list[str], threads: int,
         kind, _, count = spec.partition("@")
         router = MainRouter if kind == "before" else TopicRouter
         legs.append(Leg(spec, kind, int(count or threads), shared,
-                        router(shared, on_report=reports.append, threads=int(count or threads), tables=tables)))
+                        router(shared, on_report=reports.append, threads=int(count or threads), tables=tables),
+                        COMPILED if kind in ("before", "compiled") else {}))
     return legs
 
 
@@ -161,12 +170,18 @@ def run_batch(spark, leg: Leg, status: SparkStatus, cpu: Cpu, reports: list) -> 
         seen["cpu1"] = cpu.read()
         seen["batch_id"] = batch_id
 
-    query = (read_stream(spark, leg.pipeline).writeStream.option("checkpointLocation", leg.pipeline.checkpoint)
-             .foreachBatch(timed).trigger(availableNow=True).start())
-    query.awaitTermination()
-    if query.exception() is not None:
-        raise RuntimeError(str(query.exception()))
-    leg.processor.settle()
+    for key, value in leg.settings.items():
+        spark.conf.set(key, value)
+    try:
+        query = (read_stream(spark, leg.pipeline).writeStream.option("checkpointLocation", leg.pipeline.checkpoint)
+                 .foreachBatch(timed).trigger(availableNow=True).start())
+        query.awaitTermination()
+        if query.exception() is not None:
+            raise RuntimeError(str(query.exception()))
+        leg.processor.settle()
+    finally:
+        for key in leg.settings:
+            spark.conf.unset(key)
     settled = cpu.read()
     progress = [p for p in query.recentProgress if p.get("numInputRows")]
     if "cpu0" not in seen:

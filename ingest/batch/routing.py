@@ -30,7 +30,7 @@ import logging
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator
 
@@ -49,6 +49,14 @@ from ingest.spec.model import Pipeline
 log = logging.getLogger("ingest.run")
 
 POOL = "spark.scheduler.pool"
+
+# A batch that writes several tables evaluates their plans interpreted, not compiled to Java:
+# each table's ~50 plans are its own (its columns, its bounds), so Spark compiles them
+# again on the driver for every table in every batch, and a table of a few thousand records
+# paid more for that than the compiled code saved it (50 tables changing, 5,000 records:
+# the batch in 0.63 of the time; one table of 5,000: 0.79; bench/results/README.md, "many
+# topics"). A setting the session was given explicitly stands.
+INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 
 class NoSchema(IngestError):
     """A topic the pattern matched has no schema of its own and there is no shared one."""
@@ -143,9 +151,10 @@ class TopicRouter:
         clone = _cloner(session) if self.threads > 1 and len(groups) > 1 else None
         jobs = [(table, topics) for table, topics in sorted(groups.items())]
         if clone is None:
-            for done, (table, topics) in enumerate(jobs, start=1):
-                self._commit_table(raw, batch_id, table, topics, session, envelopes)
-                self._between_tables(done, len(jobs), batch_id)
+            with interpreted(session) if len(groups) > 1 else nullcontext():
+                for done, (table, topics) in enumerate(jobs, start=1):
+                    self._commit_table(raw, batch_id, table, topics, session, envelopes)
+                    self._between_tables(done, len(jobs), batch_id)
             return
         with ThreadPoolExecutor(min(self.threads, len(jobs)), thread_name_prefix="ingest-table") as pool:
             futures = [pool.submit(self._commit_table, raw, batch_id, table, topics, clone(), envelopes)
@@ -238,10 +247,37 @@ def _partitions(frame: DataFrame) -> int | None:
 
 
 def _cloner(session) -> Callable[[], object] | None:
-    """A function giving a clone of `session` (its settings, a conf of its own), or None."""
+    """A function giving a clone of `session` (its settings, a conf of its own, plans
+    interpreted unless the session says otherwise), or None."""
     jsession = getattr(session, "_jsparkSession", None)
     if jsession is None:
         return None
     from pyspark.sql import SparkSession
 
-    return lambda: SparkSession(session.sparkContext, jsession.cloneSession())
+    unset = _unset(session, INTERPRETED)
+
+    def clone():
+        table_session = SparkSession(session.sparkContext, jsession.cloneSession())
+        for key in unset:
+            table_session.conf.set(key, INTERPRETED[key])
+        return table_session
+    return clone
+
+
+@contextmanager
+def interpreted(session) -> Iterator[None]:
+    """`INTERPRETED` on `session` (the query's own) while its tables commit one after another."""
+    unset = _unset(session, INTERPRETED) if _has_jvm(session) else []
+    for key in unset:
+        session.conf.set(key, INTERPRETED[key])
+    try:
+        yield
+    finally:
+        for key in unset:
+            session.conf.unset(key)
+
+
+def _unset(session, settings: dict[str, str]) -> list[str]:
+    """The keys of `settings` that `session` was not given explicitly."""
+    given = session.conf.getAll
+    return [key for key in settings if key not in given]

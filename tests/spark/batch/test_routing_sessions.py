@@ -11,7 +11,7 @@ from pyspark.sql import functions as F
 from ingest.batch.commit import ledger
 from ingest.batch.merge.target import create_table
 from ingest.batch.merge.upsert import merge_batch
-from ingest.batch.routing import _cloner
+from ingest.batch.routing import INTERPRETED, _cloner, interpreted
 from ingest.spec.model import DeadLetter, KafkaSource, Pipeline, Source, Target, Uid
 
 TABLES = 4
@@ -63,3 +63,23 @@ def test_each_thread_commits_under_its_own_txn_id(spark, tmp_path):
     with ledger.txn_settings(replayed, txn):
         merge_batch(replayed, DataFrame(rows(spark, 9)._jdf, replayed), pipelines[0], {})
     assert spark.read.format("delta").load(pipelines[0].target.path).count() == 20
+
+
+def test_a_batch_of_several_tables_evaluates_their_plans_interpreted(spark):
+    """Each table's clone evaluates plans interpreted (compiling every table's plans again
+    each batch cost more than it saved), unless the session was given a setting of its own."""
+    session = spark.newSession()
+    for key in INTERPRETED:  # the test session is interpreted throughout: here, Spark's defaults
+        session.conf.unset(key)
+    table_session = _cloner(session)()
+    assert {key: table_session.conf.get(key) for key in INTERPRETED} == INTERPRETED
+    assert session.conf.get("spark.sql.codegen.wholeStage") == "true"  # the batch's own untouched
+    with interpreted(session):  # tables one after another, on the batch's session
+        assert {key: session.conf.get(key) for key in INTERPRETED} == INTERPRETED
+    assert session.conf.get("spark.sql.codegen.wholeStage") == "true"
+    assert "spark.sql.codegen.factoryMode" not in session.conf.getAll
+
+    session.conf.set("spark.sql.codegen.wholeStage", "true")  # the user's own choice stands
+    assert _cloner(session)().conf.get("spark.sql.codegen.wholeStage") == "true"
+    with interpreted(session):
+        assert session.conf.get("spark.sql.codegen.wholeStage") == "true"
