@@ -59,25 +59,13 @@ def pytest_configure(config):
     child_jvms.configure(config.args)
 
 
-# Files whose tests read one `ingest demo` of the installed wheel (the session fixture `demo_run`,
-# its own broker and three JVMs): on one worker, so the wheel is built and the demo runs once per
-# suite, not once per worker that needs them.
-SHARING_THE_DEMO = ("tests/integration/test_demo.py", "tests/integration/test_notebooks.py",
-                    "tests/integration/test_wheel.py")
-
-
 def pytest_xdist_make_scheduler(config, log):
-    """`--dist loadfile`, with the files that share the demo as one unit."""
+    """`--dist loadfile`, its units weighed and the longest handed out first (tests/scheduling.py)."""
     if config.getvalue("dist") != "loadfile":
         return None
-    from xdist.scheduler import LoadFileScheduling
+    from tests.scheduling import LongestFirstScheduling
 
-    class DemoOnceScheduling(LoadFileScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            file = super()._split_scope(nodeid)
-            return SHARING_THE_DEMO[0] if file in SHARING_THE_DEMO else file
-
-    return DemoOnceScheduling(config, log)
+    return LongestFirstScheduling(config, log)
 
 
 @pytest.fixture(scope="session")

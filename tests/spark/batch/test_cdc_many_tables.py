@@ -10,7 +10,7 @@ from ingest.batch.formats.cdc import decode_envelope
 from ingest.spec.model import Cdc
 from tests.spark.batch.test_cdc_decode_plan import KAFKA, calls_into_the_jvm
 
-TABLES = 40  # more than main's 16 kept decodes
+TABLES = 20  # more than the 16 kept decodes before each table had its own
 
 
 def test_every_tables_decode_is_built_once_and_not_again_on_the_next_batch(spark):
