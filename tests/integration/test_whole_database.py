@@ -32,7 +32,7 @@ from tests.integration.conftest import crash_at, ingest_run, table
 from tests.integration.processes import wait_for
 from tests.integration.test_cdc_debezium import documented_events, unscaled
 
-TABLES = 20  # a database's worth: more than the 16 decodes formats.cdc once kept, each table its own
+TABLES = 30
 DOCUMENTED = json.loads(documented_events("sqlserver-customers.txt")["create"][0])
 KEY = json.loads((Path(__file__).parents[1] / "data" / "debezium" / "keys.txt").read_text()
                  .split("\n## sqlserver customers: ")[1].split("\n", 1)[1].split("\n## ")[0])
@@ -127,7 +127,7 @@ def types(spark, path: str) -> dict[str, str]:
     return {f.name: f.dataType.simpleString() for f in table(spark, path).schema.fields}
 
 
-def test_a_database_of_20_tables_without_a_schema_a_table_added_and_a_field_added(
+def test_a_database_of_30_tables_without_a_schema_a_table_added_and_a_field_added(
         spark, kafka, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("KAFKA_BOOTSTRAP", kafka.bootstrap)
     prefix = f"db{uuid.uuid4().hex[:6]}"
