@@ -22,8 +22,8 @@ MERGE's wall time past Delta's execution time. CPU is the driver JVM's plus this
     bench/run record_path [--records 50000] [--reps 3] [--conf KEY=VALUE ...] [--variant NAME ...]
                           [--out bench/results/record_path.json]
 
-`--variant NAME` adds a first leg that runs the code as it was before a lever
-(`record_levers.BEFORE`), so the CPU ratio reads after / before.
+`--variant NAME` adds a leg, before today's, that runs the code as it was before a lever
+(`record_levers.BEFORE`); the CPU ratio column reads the last leg / the first.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import sys
 import tempfile
 import time
 import uuid
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, nullcontext
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Iterator
@@ -182,10 +182,9 @@ def settings(spark, confs: dict[str, str]) -> Iterator[None]:
 
 
 @contextmanager
-def patched(levers) -> Iterator[None]:
-    with ExitStack() as undone:
-        for lever in levers:
-            undone.enter_context(BEFORE[lever]())
+def patched(lever: str | None) -> Iterator[None]:
+    """The code as it was before `lever`, for one leg (None: as it is)."""
+    with BEFORE[lever]() if lever else nullcontext():
         yield
 
 
@@ -294,7 +293,7 @@ def main(argv=None) -> int:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--conf", action="append", default=[], help="KEY=VALUE: a variant with these settings")
     parser.add_argument("--variant", action="append", default=[], choices=sorted(BEFORE),
-                        help="a first leg with the code as it was before this lever")
+                        help="a leg with the code as it was before this lever (record_levers.BEFORE)")
     parser.add_argument("--out", type=Path, default=RESULTS / "record_path.json")
     args = parser.parse_args(argv)
     from ingest.platform.session import get_session
@@ -303,8 +302,9 @@ def main(argv=None) -> int:
                         conf={"spark.driver.memory": "3g", "spark.ui.enabled": "false"})
     load_before = os.getloadavg()[0]
     confs = dict(item.split("=", 1) for item in args.conf)
-    before = {f"before {', '.join(args.variant)}": {}} if args.variant else {}
-    variants = {**before, "as is": {}, **({", ".join(f"{k}={v}" for k, v in confs.items()): confs} if confs else {})}
+    before = {f"before {lever}": lever for lever in args.variant}
+    variants = {**{name: {} for name in before}, "as is": {},
+                **({", ".join(f"{k}={v}" for k, v in confs.items()): confs} if confs else {})}
     frames = batches(spark, args.records, args.reps + 1)
     runs = []
     with tempfile.TemporaryDirectory() as work:
@@ -313,7 +313,7 @@ def main(argv=None) -> int:
         legs = list(made)
         for batch_id, frame in enumerate(frames):
             for mode, variant in (legs if batch_id % 2 == 0 else reversed(legs)):
-                with settings(spark, variants[variant]), patched(args.variant if variant in before else ()):
+                with settings(spark, variants[variant]), patched(before.get(variant)):
                     stages = one_batch(spark, made[(mode, variant)], frame, batch_id, StatusStore(spark))
                 if batch_id == 0:  # creates the table: not a steady batch
                     continue
