@@ -373,20 +373,17 @@ def mark_kept(records: DataFrame, pipeline: Pipeline) -> DataFrame:
 
 
 def summarize(source: DataFrame, pipeline: Pipeline) -> BatchSummary:
-    """Counts per stage, offsets, unique uids and MERGE bounds, in one job over the MERGE
-    source (KEEP marking the merged rows; a staged frame without KEEP is marked here as the
-    processor marks it): the figures per Kafka partition, all numbers, in a hash aggregation,
-    beside the few that hold text (the uid bounds, an unknown field's example) over the whole
-    batch. Text in a per-partition aggregation would make Spark sort every record by
-    partition and aggregate them row by row."""
+    """Counts per stage, offsets, unique uids and MERGE bounds, in one aggregation per
+    Kafka partition over the MERGE source (KEEP marking the merged rows; a staged frame
+    without KEEP is marked here as the processor marks it)."""
     if KEEP not in source.columns:
         source = mark_kept(source, pipeline)
     kept = F.col(KEEP)
     aggregates = [F.count(F.lit(1)).alias("read"),
                   F.min(f"{RAW}.offset").alias("first"), F.max(f"{RAW}.offset").alias("last"),
-                  F.sum(kept.cast("long")).alias("unique")]
-    overall = [F.min(F.when(kept, F.col(UID))).alias("uid_min"),
-               F.max(F.when(kept, F.col(UID))).alias("uid_max")]
+                  F.sum(kept.cast("long")).alias("unique"),
+                  F.min(F.when(kept, F.col(UID))).alias("uid_min"),
+                  F.max(F.when(kept, F.col(UID))).alias("uid_max")]
     aggregates += [F.sum(F.when(F.col(STAGE) == s, 1).otherwise(0)).alias(s) for s in STAGES]
     if pipeline.keeps_delete_log:
         deleting = F.col(TOMBSTONE) if pipeline.deletes_by_tombstone else F.col(OP) == DELETE
@@ -394,8 +391,8 @@ def summarize(source: DataFrame, pipeline: Pipeline) -> BatchSummary:
     counts_unknown = _carries_unknown(source)
     if counts_unknown:
         unknown = F.col(f"{RAW}.{UNKNOWN_FIELDS}")
-        aggregates.append(F.count(unknown).alias("unknown_fields"))
-        overall.append(F.first(unknown, ignorenulls=True).alias("unknown_example"))
+        aggregates += [F.count(unknown).alias("unknown_fields"),
+                       F.first(unknown, ignorenulls=True).alias("unknown_example")]
     horizon = pipeline.target.dedup_horizon
     if horizon:
         # Epoch microseconds, never local text: a wall clock in a daylight-saving
@@ -410,15 +407,11 @@ def summarize(source: DataFrame, pipeline: Pipeline) -> BatchSummary:
             F.sum(F.when(good & micros.isNull(), 1).otherwise(0)).alias("null_horizon"),
         ]
     per_partition = source.groupBy(F.col(f"{RAW}.topic").alias("topic"),
-                                   F.col(f"{RAW}.partition").alias("partition")).agg(*aggregates)
-    # one action, one row more: the whole batch's, the one whose topic is null
-    rows = per_partition.unionByName(source.agg(*overall), allowMissingColumns=True).collect()
-    return _summary(rows, horizon is not None, pipeline.keeps_delete_log, counts_unknown)
+                                   F.col(f"{RAW}.partition").alias("partition")).agg(*aggregates).collect()
+    return _summary(per_partition, horizon is not None, pipeline.keeps_delete_log, counts_unknown)
 
 
 def _summary(rows, with_horizon: bool, with_deletes: bool = False, counts_unknown: bool = False) -> BatchSummary:
-    whole = next(r for r in rows if r.topic is None)
-    rows = [r for r in rows if r.topic is not None]
     start: dict = {}
     end: dict = {}
     by_stage = {s: 0 for s in STAGES}
@@ -429,10 +422,11 @@ def _summary(rows, with_horizon: bool, with_deletes: bool = False, counts_unknow
             by_stage[s] += row[s]
     return BatchSummary(read=sum(r.read for r in rows), unique=sum(r.unique for r in rows),
                         by_stage=by_stage, start_offsets=start, end_offsets=end,
-                        bounds=merge_bounds([whole, *rows], with_horizon),
+                        bounds=merge_bounds(rows, with_horizon),
                         deletes=sum(r.deletes for r in rows) if with_deletes else 0,
                         unknown_fields=sum(r.unknown_fields for r in rows) if counts_unknown else 0,
-                        unknown_example=whole.unknown_example if counts_unknown else None)
+                        unknown_example=next((r.unknown_example for r in rows if r.unknown_example), None)
+                        if counts_unknown else None)
 
 
 def decode_records(raw: DataFrame, pipeline: Pipeline, schema) -> DataFrame:
