@@ -19,7 +19,11 @@ sort time and spill per operator, Delta's own scan and rewrite times, and the co
 MERGE's wall time past Delta's execution time. CPU is the driver JVM's plus this process's
 (local mode: all of Spark). Usage:
 
-    bench/run record_path [--records 50000] [--reps 3] [--conf KEY=VALUE ...] [--out bench/results/record_path.json]
+    bench/run record_path [--records 50000] [--reps 3] [--conf KEY=VALUE ...] [--variant NAME ...]
+                          [--out bench/results/record_path.json]
+
+`--variant NAME` adds a leg, before today's, that runs the code as it was before a lever
+(`record_levers.BEFORE`); the CPU ratio column reads the last leg / the first.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import sys
 import tempfile
 import time
 import uuid
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, nullcontext
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Iterator
@@ -42,6 +46,7 @@ from bench import RESULTS
 from bench.harness import datagen
 from bench.harness.datagen import SCHEMA, UID_HEADER
 from bench.harness.meter import Meter
+from bench.studies.record_levers import BEFORE
 
 KAFKA_SCHEMA = ("topic STRING, partition INT, offset LONG, timestamp TIMESTAMP, key BINARY, value BINARY, "
                 "headers ARRAY<STRUCT<key: STRING, value: BINARY>>")
@@ -176,6 +181,13 @@ def settings(spark, confs: dict[str, str]) -> Iterator[None]:
             spark.conf.unset(key) if value is None else spark.conf.set(key, value)
 
 
+@contextmanager
+def patched(lever: str | None) -> Iterator[None]:
+    """The code as it was before `lever`, for one leg (None: as it is)."""
+    with BEFORE[lever]() if lever else nullcontext():
+        yield
+
+
 def jobs(spark) -> int:
     return spark.sparkContext._jsc.sc().statusStore().jobsList(None).size()
 
@@ -226,6 +238,7 @@ def one_batch(spark, made, frame, batch_id: int, store: StatusStore) -> dict:
         position = made.position.batch(session, batch_id, summary)
         position.check_replay(session)
         rows = made._rows(session, source)
+        made._claim_target(session, rows)
         got = measured(spark, lambda: made._merge(session, rows, summary, position))
         executions = store.since()
         out["jobs"] = jobs(spark) - jobs_before
@@ -280,6 +293,8 @@ def main(argv=None) -> int:
     parser.add_argument("--records", type=int, default=50_000)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--conf", action="append", default=[], help="KEY=VALUE: a variant with these settings")
+    parser.add_argument("--variant", action="append", default=[], choices=sorted(BEFORE),
+                        help="a leg with the code as it was before this lever (record_levers.BEFORE)")
     parser.add_argument("--out", type=Path, default=RESULTS / "record_path.json")
     args = parser.parse_args(argv)
     from ingest.platform.session import get_session
@@ -288,7 +303,9 @@ def main(argv=None) -> int:
                         conf={"spark.driver.memory": "3g", "spark.ui.enabled": "false"})
     load_before = os.getloadavg()[0]
     confs = dict(item.split("=", 1) for item in args.conf)
-    variants = {"as is": {}, **({", ".join(f"{k}={v}" for k, v in confs.items()): confs} if confs else {})}
+    before = {f"before {lever}": lever for lever in args.variant}
+    variants = {**{name: {} for name in before}, "as is": {},
+                **({", ".join(f"{k}={v}" for k, v in confs.items()): confs} if confs else {})}
     frames = batches(spark, args.records, args.reps + 1)
     runs = []
     with tempfile.TemporaryDirectory() as work:
@@ -297,7 +314,7 @@ def main(argv=None) -> int:
         legs = list(made)
         for batch_id, frame in enumerate(frames):
             for mode, variant in (legs if batch_id % 2 == 0 else reversed(legs)):
-                with settings(spark, variants[variant]):
+                with settings(spark, variants[variant]), patched(before.get(variant)):
                     stages = one_batch(spark, made[(mode, variant)], frame, batch_id, StatusStore(spark))
                 if batch_id == 0:  # creates the table: not a steady batch
                     continue

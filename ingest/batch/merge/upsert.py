@@ -16,9 +16,10 @@ from pyspark.sql import functions as F
 from ingest.batch.merge.clauses import When, apply
 from ingest.batch.merge.condition import merge_condition, upsert_condition
 from ingest.batch.merge.target import COORDINATE_COLUMNS, MergeResult, executed
-from ingest.platform.delta import delta_table
+from ingest.platform.delta import delta_table, table_property
 from ingest.spec.columns import UID
 from ingest.spec.model import Pipeline
+from ingest.spec.properties import DELETION_VECTORS
 
 
 def compared_columns(rows: DataFrame, existing: DataFrame) -> tuple[str, ...]:
@@ -42,7 +43,8 @@ def changing_rows(rows: DataFrame, existing: DataFrame, on: str, update: str) ->
     """The batch's rows an upsert would insert or really update. Delta's MERGE with
     an insert clause rewrites every file holding a matched uid, whatever the update
     condition says, so rows that would change nothing (an older version, the same
-    values again) are dropped before it. Read with the MERGE's own bounded condition."""
+    values again) are dropped before it. Read with the MERGE's own bounded condition.
+    Needed only where the table has no deletion vectors (`writes_vectors`)."""
     unchanged = (rows.alias("s").join(existing.alias("t"), F.expr(on), "inner")
                  .where(~F.coalesce(F.expr(update), F.lit(False)))
                  .select(F.col(f"s.{UID}").alias(UID)))
@@ -58,11 +60,21 @@ def merge_batch(session, rows: DataFrame, pipeline: Pipeline, bounds: dict[str, 
     if target.mode == "upsert":
         payload = compared_columns(rows, table.toDF())
         update = upsert_condition(pipeline, payload, unordered_columns(rows))
-        rows = changing_rows(rows, table.toDF(), condition, update)
+        if not writes_vectors(session, pipeline):
+            rows = changing_rows(rows, table.toDF(), condition, update)
         whens.insert(0, When(True, "update *", update))
     builder = table.alias("t").merge(rows.alias("s"), condition).withSchemaEvolution()
     with no_broadcast(session) if target.mode == "insert_only" else nullcontext():
         return executed(apply(builder, whens))
+
+
+def writes_vectors(session, pipeline: Pipeline) -> bool:
+    """The target takes deletion vectors (upsert tables ingest makes do, `merge.properties`).
+    Then the MERGE's update condition alone is the filter: a matched row it leaves out is
+    neither rewritten nor copied, its file only read again, so `changing_rows`' second
+    read of the target would cost more than it saves. Without them, every file holding a
+    matched uid is written again, and dropping the rows that change nothing first pays."""
+    return (table_property(session, pipeline.target, DELETION_VECTORS) or "").lower() == "true"
 
 
 @contextmanager
