@@ -1,7 +1,7 @@
 """Where a change's time goes: one batch of Debezium changes through ingest's batch function and
 through the textbook foreachBatch MERGE, stage by stage, side by side (issue #53, P2).
 
-    bench/run cdc_path [--keys 100000] [--records 25000] [--reps 2]
+    bench/run cdc_path [--keys 100000] [--records 25000] [--reps 2] [--variant NAME ...]
 
 `bench/run cdc_peer` measures the two whole runs; this measures one batch of each, as
 `record_path` does for insert_only and upsert: one SparkSession (local[2], driver 3 GB), no
@@ -18,6 +18,12 @@ textbook  the envelope parsed, each key's latest change by `row_number()`, then 
           parse and rank are cumulative passes into the `noop` sink, and the MERGE (which
           computes its source again: nothing is cached) is counted past them
 
+`--variant NAME` adds an ingest leg beside ingest as it is (`ingest:NAME`, its own copy of the
+table and its own processor, in the same rotation): a lever measured before -> after in one run.
+The variants (VARIANTS): `dv-off`, the leg's table with deletion vectors off (ingest makes a cdc
+target with them on); `ranked-twice`, ingest before `changes.mark_last` (the batch ranked once for
+the unique count and again for the MERGE).
+
 CPU is the driver JVM's plus this process's. It prints the table and writes
 `results/cdc_path.json` (every run, the SQL metrics per operator, the load average).
 """
@@ -33,8 +39,11 @@ import sys
 import tempfile
 import time
 import uuid
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Callable, Iterator
 
 from bench import RESULTS
 from bench.harness.cdc_stream import Change, Shape, change_stream
@@ -43,6 +52,49 @@ from bench.studies import cdc_peer, record_path
 TOPIC = "bench"  # record_path's processor's topic
 TEXTBOOK_STAGES = ("parse", "rank", "MERGE")
 _EPOCH = datetime(2026, 12, 1)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """An ingest leg beside ingest as it is: its table's properties set before its first
+    batch, and `patched` (code swapped in for its batches only) around each of its batches."""
+
+    about: str
+    properties: dict[str, str] = field(default_factory=dict)
+    patched: Callable[[], AbstractContextManager] = nullcontext
+
+
+@contextmanager
+def _ranked_twice() -> Iterator[None]:
+    """ingest before `changes.mark_last`: KEEP on each key's first record in Kafka order (for the
+    unique count alone), then the MERGE's rows ranked again by sequence and position."""
+    from ingest.batch import processor
+    from ingest.batch.merge import changes
+    from ingest.batch.staged import KEEP
+    from ingest.batch.uid import mark_one_per_uid
+
+    mark_kept, change_rows = processor.mark_kept, changes.change_rows
+    processor.mark_kept = lambda records, pipeline: mark_one_per_uid(records, "insert_only", None)
+    changes.change_rows = lambda records, pipeline: change_rows(records.drop(KEEP), pipeline)
+    try:
+        yield
+    finally:
+        processor.mark_kept, changes.change_rows = mark_kept, change_rows
+
+
+VARIANTS = {
+    "dv-off": Variant("its table with deletion vectors off", {"delta.enableDeletionVectors": "false"}),
+    "ranked-twice": Variant("before changes.mark_last: a window for the unique count, another for the MERGE",
+                            patched=_ranked_twice),
+}
+
+
+def legs_of(variants: list[str]) -> tuple[str, ...]:
+    return ("ingest", *(f"ingest:{name}" for name in variants), "textbook")
+
+
+def variant_of(leg: str) -> Variant | None:
+    return VARIANTS[leg.split(":", 1)[1]] if ":" in leg else None
 
 
 def change_frames(spark, changes: list[Change], records: int, count: int) -> list:
@@ -109,9 +161,10 @@ def ingest_path(stages: dict) -> dict:
     return {k: sum(stages[s][k] for s in on_path) for k in ("wall_ms", "cpu_ms")}
 
 
-def table(runs: list[dict], records: int) -> list[str]:
+def table(runs: list[dict], records: int, legs: tuple[str, ...] = cdc_peer.LEGS) -> list[str]:
     lines = ["| leg | stage | wall ms | CPU ms | µs CPU a record |", "| --- | --- | ---: | ---: | ---: |"]
-    for leg, stages in (("ingest", record_path.STAGES), ("textbook", TEXTBOOK_STAGES)):
+    for leg in legs:
+        stages = TEXTBOOK_STAGES if leg == "textbook" else record_path.STAGES
         mine = [r["stages"] for r in runs if r["leg"] == leg]
         for stage in (*stages, "path"):
             wall = statistics.median(s[stage]["wall_ms"] for s in mine)
@@ -119,9 +172,12 @@ def table(runs: list[dict], records: int) -> list[str]:
             name = "the batch's path" if stage == "path" else stage
             lines.append(f"| {leg} | {name} | {wall:,.0f} | {cpu:,.0f} | {cpu * 1000 / records:.1f} |")
     paths = {leg: statistics.median(r["stages"]["path"]["cpu_ms"] for r in runs if r["leg"] == leg)
-             for leg in cdc_peer.LEGS}
+             for leg in legs}
     lines.append(f"CPU of a batch's path, textbook / ingest: {paths['textbook'] / paths['ingest']:.2f} "
                  "(a batch's P2 by CPU; the whole run's P2 is `bench/run cdc_peer`)")
+    for leg in legs[1:-1]:
+        lines.append(f"CPU of a batch's path, {leg} / ingest: {paths[leg] / paths['ingest']:.2f}; "
+                     f"textbook / {leg}: {paths['textbook'] / paths[leg]:.2f}")
     return lines
 
 
@@ -130,6 +186,8 @@ def main(argv=None) -> int:
     parser.add_argument("--keys", type=int, default=100_000)
     parser.add_argument("--records", type=int, default=25_000, help="records a batch")
     parser.add_argument("--reps", type=int, default=2, help="steady batches a leg (after the first)")
+    parser.add_argument("--variant", action="append", default=[], choices=sorted(VARIANTS),
+                        help="an ingest leg more, with this change (repeatable)")
     parser.add_argument("--out", type=Path, default=RESULTS / "cdc_path.json")
     args = parser.parse_args(argv)
     from delta.tables import DeltaTable
@@ -146,16 +204,25 @@ def main(argv=None) -> int:
         root = Path(work)
         target = cdc_peer.ingest_pipeline("unused:9092", TOPIC, root, "", None).target
         initial = cdc_peer.build_tables(spark, root, args.keys, max(1, args.keys // cdc_peer.ROWS_PER_FILE), target)
-        tables = {leg: str(root / f"{leg}-target") for leg in cdc_peer.LEGS}
+        legs = legs_of(args.variant)
+        tables = {leg: str(root / f"{leg.replace(':', '-')}-target") for leg in legs}
+        made = {}
         for leg, path in tables.items():
-            shutil.copytree(initial[leg], path)
-        made = ingest_processor(spark, root / "ingest", tables["ingest"])
+            shutil.copytree(initial["textbook" if leg == "textbook" else "ingest"], path)
+            variant = variant_of(leg)
+            if variant is not None and variant.properties:
+                listed = ", ".join(f"'{k}' = '{v}'" for k, v in variant.properties.items())
+                spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ({listed})")
+            if leg != "textbook":
+                made[leg] = ingest_processor(spark, root / leg.replace(":", "-"), path)
         textbook = DeltaTable.forPath(spark, tables["textbook"])
         for batch_id, frame in enumerate(frames):
-            for leg in cdc_peer.LEGS if batch_id % 2 == 0 else cdc_peer.LEGS[::-1]:
+            for leg in legs if batch_id % 2 == 0 else legs[::-1]:
                 store = record_path.StatusStore(spark)
-                if leg == "ingest":
-                    stages = record_path.one_batch(spark, made, frame, batch_id, store)
+                if leg != "textbook":
+                    variant = variant_of(leg)
+                    with variant.patched() if variant is not None else nullcontext():
+                        stages = record_path.one_batch(spark, made[leg], frame, batch_id, store)
                     stages["path"] = ingest_path(stages)
                 else:
                     stages = textbook_batch(spark, textbook, frame, store)
@@ -163,9 +230,10 @@ def main(argv=None) -> int:
                       f"{stages['path']['cpu_ms']:,.0f} ms CPU", flush=True)
                 if batch_id:
                     runs.append({"leg": leg, "batch": batch_id, "stages": stages})
-    lines = table(runs, args.records)
+    lines = table(runs, args.records, legs)
     print("\n".join(lines))
     args.out.write_text(json.dumps({"keys": args.keys, "records": args.records, "reps": args.reps,
+                                    "variants": {name: VARIANTS[name].about for name in args.variant},
                                     "load_average": [load_before, os.getloadavg()[0]],
                                     "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                                     "runs": runs, "table": lines}, indent=1, default=str) + "\n")

@@ -238,7 +238,7 @@ def one_batch(spark, made, frame, batch_id: int, store: StatusStore) -> dict:
         position = made.position.batch(session, batch_id, summary)
         position.check_replay(session)
         rows = made._rows(session, source)
-        made._claim_target(session, rows)
+        made._claim_target(session, rows)  # the table state's warmer started, the owner checked
         got = measured(spark, lambda: made._merge(session, rows, summary, position))
         executions = store.since()
         out["jobs"] = jobs(spark) - jobs_before

@@ -365,7 +365,10 @@ def _carries_unknown(frame: DataFrame) -> bool:
 def mark_kept(records: DataFrame, pipeline: Pipeline) -> DataFrame:
     """KEEP on the row per uid an insert_only or upsert MERGE takes. Changes (cdc,
     history) rank their own rows; for them KEEP marks one row per uid, what the
-    count of unique uids needs."""
+    count of unique uids needs; cdc's changes are marked by the MERGE's own rank."""
+    changes = merge_mode.mark_changes(records, pipeline)
+    if changes is not None:
+        return changes
     if (pipeline.target.mode == "upsert" and pipeline.target.order_by and not merge_mode.applies_changes(pipeline)
             and not pipeline.deletes_by_tombstone):
         return mark_one_per_uid(records, "upsert", pipeline.target.order_by)

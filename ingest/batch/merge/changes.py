@@ -16,14 +16,14 @@ the logged delete of its key is dropped before the target MERGE.
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from ingest.batch.merge import delete_log
 from ingest.batch.merge.clauses import When, apply
 from ingest.batch.merge.condition import merge_condition
 from ingest.batch.merge.target import MergeResult, executed, target_rows
-from ingest.batch.staged import RAW
+from ingest.batch.staged import KEEP, RAW, STAGE
 from ingest.platform.delta import delta_table
 from ingest.spec.columns import DELETE, OP, SEQUENCE, UID
 from ingest.spec.model import Pipeline
@@ -40,16 +40,32 @@ def later(newer: str, older: str) -> str:
             f"struct({older}._sequence, {older}._partition, {older}._offset)")
 
 
-def last_changes(records: DataFrame) -> DataFrame:
-    """Each key's last change by (`_sequence`, partition, offset): the order `later` uses."""
+def _rank() -> Column:
+    """1 on each key's last change by (`_sequence`, partition, offset): the order `later` uses."""
     last = Window.partitionBy(UID).orderBy(F.col(SEQUENCE).desc(), F.col(f"{RAW}.partition").desc(),
                                            F.col(f"{RAW}.offset").desc())
-    return records.withColumn("__rank", F.row_number().over(last)).where(F.col("__rank") == 1).drop("__rank")
+    return F.row_number().over(last)
+
+
+def last_changes(records: DataFrame) -> DataFrame:
+    """Each key's last change by (`_sequence`, partition, offset): the order `later` uses."""
+    return records.withColumn("__rank", _rank()).where(F.col("__rank") == 1).drop("__rank")
+
+
+def mark_last(records: DataFrame) -> DataFrame:
+    """KEEP on each key's last change among the good records: the row the MERGE takes, marked
+    in the pass that fills the batch's cache, so the MERGE filters on it and does not rank again
+    (one shuffle and sort of the batch, not two). Only a good record has a uid (`uid.with_uid`),
+    so a key's window holds good records alone, as when `last_changes` ranks them after the
+    filter; one row per key, the same keys, so the summary's unique count and bounds are too."""
+    return records.withColumn(KEEP, F.col(STAGE).isNull() & (_rank() == 1))
 
 
 def change_rows(records: DataFrame, pipeline: Pipeline) -> DataFrame:
-    """Each key's last change in the batch, as target rows (soft: with `_deleted`)."""
-    rows = target_rows(last_changes(records))
+    """Each key's last change in the batch, as target rows (soft: with `_deleted`); where
+    `mark_last` has marked the records, its KEEP says which."""
+    last = records.where(F.col(KEEP)).drop(KEEP) if KEEP in records.columns else last_changes(records)
+    rows = target_rows(last)
     if pipeline.target.deletes == "soft":
         rows = rows.withColumn(DELETED, F.col(OP) == DELETE)
     return rows

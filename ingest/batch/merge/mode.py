@@ -28,17 +28,24 @@ def applies_changes(pipeline: Pipeline) -> bool:
 
 def batch_rows(records: DataFrame, pipeline: Pipeline) -> DataFrame:
     """The batch's good records as the rows the MERGE takes. Records already marked
-    with KEEP (`uid.mark_one_per_uid`) are not ranked again."""
+    with KEEP (`uid.mark_one_per_uid`, `changes.mark_last`) are not ranked again."""
     marked = KEEP in records.columns
     if pipeline.target.history:
         return history.version_rows(records.drop(KEEP), pipeline)
-    if applies_changes(pipeline):
-        return changes.change_rows(records.drop(KEEP), pipeline)
+    if applies_changes(pipeline):  # KEEP marks each key's last change (`changes.mark_last`)
+        return changes.change_rows(records, pipeline)
     if pipeline.deletes_by_tombstone:
         return tombstones.change_rows(records.drop(KEEP), pipeline)
     if marked:
         return target_rows(records.where(records[KEEP]).drop(KEEP))
     return target_rows(one_per_uid(records, pipeline.target.mode, pipeline.target.order_by))
+
+
+def mark_changes(records: DataFrame, pipeline: Pipeline) -> DataFrame | None:
+    """KEEP on the rows a MERGE of changes takes (cdc without history); None for the other modes."""
+    if applies_changes(pipeline) and not pipeline.target.history:
+        return changes.mark_last(records)
+    return None
 
 
 def create_tables(session, pipeline: Pipeline, rows: DataFrame) -> None:

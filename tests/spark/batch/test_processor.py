@@ -180,6 +180,41 @@ def test_a_cdc_transform_need_not_name_the_change_columns(spark, kafka, tmp_path
         (1, "N1-12", 12, "u", False), (2, "N2-11", 13, "d", True)]
 
 
+def test_a_cdc_batch_is_ranked_once_in_the_pass_that_fills_its_cache(spark, kafka, tmp_path):
+    """Each key's last change by sequence, then partition and offset, is marked (KEEP) by the
+    window of the pass that fills the batch's cache; the MERGE's rows are those marked, with no
+    window of their own over the cache, and the unique count is the keys'."""
+    from ingest.batch.merge import mode as merge_mode
+    from ingest.batch.processor import mark_kept, slim, staged_records, summarize
+    from ingest.batch.staged import STAGE
+
+    pipeline = Pipeline(
+        name="customers",
+        source=Source(kafka=KafkaSource(bootstrap_servers=kafka.bootstrap, topics=("customers",)), format="json",
+                      schema="id BIGINT, name STRING"),
+        uid=Uid(field="id"), cdc=Cdc(key=("id",)), target=Target(path=str(tmp_path / "target")),
+        checkpoint=str(tmp_path / "checkpoint"), dead_letter=DeadLetter(path=str(tmp_path / "dead")))
+    processor = BatchProcessor(pipeline, payload_schema(spark, pipeline))
+    frame = spark.createDataFrame([
+        change(0, 0, "c", 1, 10), change(1, 0, "u", 1, 12), change(0, 1, "u", 1, 11),  # 1: lsn 12 last
+        change(0, 2, "c", 2, 11), change(1, 1, "u", 2, 11), change(0, 3, "u", 2, 11),  # 2: a tie, partition 1 last
+        ("customers", 0, 4, None, None, b"{broken", []),
+    ], KAFKA_SCHEMA)
+    source = mark_kept(slim(staged_records(processor._decode(frame), pipeline)), pipeline).cache()
+    try:
+        summary = summarize(source, pipeline)
+        rows = merge_mode.batch_rows(source.where(source[STAGE].isNull()), pipeline)
+
+        def windows(df) -> int:
+            return df._jdf.queryExecution().optimizedPlan().toString().count("Window [")
+        assert windows(rows) == windows(source), "the MERGE's rows rank the cached batch again"
+        assert (summary.unique, summary.by_stage["decode"]) == (2, 1)
+        assert sorted((r._uid, r._sequence, r._partition, r._offset, r.name) for r in rows.collect()) == [
+            ("1", 12, 1, 0, "n1-12"), ("2", 11, 1, 1, "n2-11")]
+    finally:
+        source.unpersist()
+
+
 def jobs_since(spark, first_id: int) -> list[tuple[str, str]]:
     """(job group, description) of the Spark jobs with an id at or above `first_id`."""
     context = spark.sparkContext._jsc.sc()
