@@ -62,6 +62,10 @@ LOCAL_DEFAULTS = {
     # Adaptive execution runs each shuffle's map side as a job of its own: a small batch
     # took 10 jobs with it, 5 without, and half the time (docs/performance.md)
     "spark.sql.adaptive.enabled": "false",
+    # Spark keeps the Java it compiles for plans in a cache of 100 classes by default (4 segments
+    # of 25). A batch of ingest uses about 80, so each batch compiled some 33 again, and the JIT
+    # compiled those again too: a quarter of a 50,000-record batch's CPU (docs/performance.md)
+    "spark.sql.codegen.cache.maxEntries": "500",
     # Every SQL execution renders its plan for the UI's SQL tab; the default "formatted"
     # rendering was a fifth of the driver's time in a small batch (docs/performance.md)
     "spark.sql.ui.explainMode": "simple",
