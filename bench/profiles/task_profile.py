@@ -46,7 +46,7 @@ import psutil
 
 from bench import RESULTS
 from bench.harness.meter import Meter
-from bench.studies import record_path
+from bench.studies import batch_settings, record_path
 
 LEGS = ("append", "insert_only", "upsert")
 PERIOD_MS = {"jdk.ExecutionSample": 10, "jdk.NativeMethodSample": 20}  # JDK 17's `profile` settings
@@ -113,27 +113,6 @@ def charged(recording: Path) -> dict:
             leaves[frames[0]] += ms
     return {"ms": {f"{kind}|{name}": ms for (kind, name), ms in by_category.items()},
             "leaves": dict(leaves.most_common(40))}
-
-
-def append_side(spark, root: Path):
-    """The at-least-once baseline: decode, uid, coordinates, appended under the batch's txn id."""
-    from pyspark.sql import functions as F
-
-    from bench.harness.datagen import SCHEMA, UID_HEADER
-    from ingest.batch.formats.decode import decode
-    from ingest.batch.merge.target import target_rows
-    from ingest.batch.staged import STAGE
-    from ingest.batch.uid import with_uid
-    from ingest.spec.model import Uid
-
-    schema = spark.createDataFrame([], SCHEMA).schema
-    target = str(root / "target")
-
-    def append(batch, batch_id: int) -> None:
-        staged = with_uid(decode(batch, "json", schema), Uid(header=UID_HEADER))
-        (target_rows(staged.where(F.col(STAGE).isNull())).write.format("delta").mode("append")
-         .option("txnAppId", "bench-append").option("txnVersion", batch_id).save(target))
-    return append
 
 
 THREAD_GROUPS = (  # (group, how the JVM names its threads: /proc keeps 15 characters)
@@ -262,7 +241,7 @@ def main(argv=None) -> int:
     runs = []
     with tempfile.TemporaryDirectory() as work:
         root = Path(work)
-        sides = {"append": append_side(spark, root / "append")}
+        sides = {"append": batch_settings.append_side(spark, root / "append", txn_app_id="bench-append")}
         for mode in ("insert_only", "upsert"):
             sides[mode] = settled(record_path.processor(spark, root / mode, mode))
         for batch_id, frame in enumerate(frames):

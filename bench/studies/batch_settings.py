@@ -93,7 +93,9 @@ def ingest_side(spark, root: Path):
     return processor
 
 
-def append_side(spark, root: Path):
+def append_side(spark, root: Path, txn_app_id: str | None = None):
+    """A plain Delta append of the decoded batch; under a txn id (the batch id its version) when
+    `txn_app_id` is given, as Delta's streaming sink writes."""
     from pyspark.sql import functions as F
 
     from ingest.batch.formats.decode import decode
@@ -107,7 +109,10 @@ def append_side(spark, root: Path):
 
     def append(batch, batch_id: int) -> None:
         staged = with_uid(decode(batch, "json", schema), Uid(header=UID_HEADER))
-        target_rows(staged.where(F.col(STAGE).isNull())).write.format("delta").mode("append").save(target)
+        writer = target_rows(staged.where(F.col(STAGE).isNull())).write.format("delta").mode("append")
+        if txn_app_id is not None:
+            writer = writer.option("txnAppId", txn_app_id).option("txnVersion", batch_id)
+        writer.save(target)
     return append
 
 
